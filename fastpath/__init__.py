@@ -1,0 +1,1 @@
+"""CuPy CUDA kernels implementing ``refops.kernels.KernelBackend`` (see docs/fastpath.md)."""

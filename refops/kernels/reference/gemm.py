@@ -1,0 +1,44 @@
+"""The reference GEMM: IEEE fp32 products and sums, one rounding to the output dtype."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+__all__ = ["gemm_fp32"]
+
+
+@contextlib.contextmanager
+def _ieee_fp32(device: torch.device) -> Iterator[None]:
+    """TF32 would change the reference's numbers, so it is off for the duration."""
+    if device.type != "cuda":
+        yield
+        return
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def gemm_fp32(
+    a: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    alpha: float,
+    out: torch.Tensor | None,
+    accumulate: bool,
+) -> torch.Tensor:
+    """``alpha * a @ b (+ out)`` in fp32 (operands already in the orientation to multiply)."""
+    with _ieee_fp32(a.device):
+        result = torch.matmul(a.float(), b.float())
+    if alpha != 1.0:
+        result = result * alpha
+    if accumulate:
+        if out is None:
+            raise ValueError("gemm: accumulate=True needs an `out` tensor to accumulate into")
+        result = result + out.float()
+    return result

@@ -1,0 +1,108 @@
+"""Extra state (recipe state in checkpoints) as one uint8 tensor, without pickle.
+
+Layout: ``b"REFOPS\\x01\\x00"`` (8 bytes), the JSON header's length (8 bytes,
+little-endian), the UTF-8 JSON header, then the raw bytes of every tensor, in
+order. The header mirrors the saved object, with each tensor replaced by
+``{"__tensor__": i, "dtype": ..., "shape": [...], "offset": ..., "nbytes": ...}``.
+Tensors round-trip bit-exactly; loading never executes code, so a checkpoint is
+as safe to load as a tensor. An empty state is an empty tensor, as in TE.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import torch
+
+__all__ = ["encode_extra_state", "decode_extra_state"]
+
+_MAGIC = b"REFOPS\x01\x00"
+_DTYPES = {
+    str(dt).removeprefix("torch."): dt
+    for dt in (
+        torch.float64,
+        torch.float32,
+        torch.float16,
+        torch.bfloat16,
+        torch.float8_e4m3fn,
+        torch.float8_e5m2,
+        torch.uint8,
+        torch.int8,
+        torch.int32,
+        torch.int64,
+        torch.bool,
+    )
+}
+
+
+def encode_extra_state(state: dict[str, Any]) -> torch.Tensor:
+    """Serialize a tree of dicts, lists, scalars, strings, None and tensors into uint8."""
+    if not state:
+        return torch.empty(0, dtype=torch.uint8)
+    blobs: list[bytes] = []
+    offset = 0
+
+    def encode(obj: Any) -> Any:
+        nonlocal offset
+        if isinstance(obj, torch.Tensor):
+            flat = obj.detach().to("cpu").contiguous().reshape(-1)
+            raw = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+            entry = {
+                "__tensor__": len(blobs),
+                "dtype": str(obj.dtype).removeprefix("torch."),
+                "shape": list(obj.shape),
+                "offset": offset,
+                "nbytes": len(raw),
+            }
+            if entry["dtype"] not in _DTYPES:
+                raise TypeError(f"extra state: unsupported tensor dtype {obj.dtype}")
+            blobs.append(raw)
+            offset += len(raw)
+            return entry
+        if isinstance(obj, dict):
+            if not all(isinstance(k, str) for k in obj):
+                raise TypeError("extra state: dict keys must be strings")
+            return {k: encode(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return [encode(v) for v in obj]
+        if obj is None or isinstance(obj, (bool, int, float, str)):
+            return obj
+        raise TypeError(f"extra state: cannot serialize {type(obj).__name__} without pickle")
+
+    header = json.dumps(encode(state)).encode("utf-8")
+    payload = _MAGIC + len(header).to_bytes(8, "little") + header + b"".join(blobs)
+    return torch.frombuffer(bytearray(payload), dtype=torch.uint8).clone()
+
+
+def decode_extra_state(data: torch.Tensor | None) -> dict[str, Any]:
+    """Inverse of :func:`encode_extra_state`; an empty tensor (or None) gives ``{}``."""
+    if data is None or data.numel() == 0:
+        return {}
+    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8:
+        raise TypeError(
+            f"extra state must be a uint8 tensor written by refops, got {type(data).__name__}"
+            + (f" of dtype {data.dtype}" if isinstance(data, torch.Tensor) else "")
+        )
+    raw = data.detach().to("cpu").contiguous().numpy().tobytes()
+    if raw[:8] != _MAGIC:
+        raise ValueError("extra state was not written by refops (bad magic); pickled TE extra state is refused")
+    header_len = int.from_bytes(raw[8:16], "little")
+    body = raw[16 + header_len :]
+    header = json.loads(raw[16 : 16 + header_len].decode("utf-8"))
+
+    def decode(obj: Any) -> Any:
+        if isinstance(obj, dict) and "__tensor__" in obj:
+            chunk = body[obj["offset"] : obj["offset"] + obj["nbytes"]]
+            dtype = _DTYPES[obj["dtype"]]
+            if not chunk:
+                return torch.empty(obj["shape"], dtype=dtype)
+            flat = torch.frombuffer(bytearray(chunk), dtype=torch.uint8).view(dtype)
+            return flat.reshape(obj["shape"]).clone()
+        if isinstance(obj, dict):
+            return {k: decode(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [decode(v) for v in obj]
+        return obj
+
+    return decode(header)

@@ -1,0 +1,362 @@
+"""The operation classes: ``OperationContext``, ``FusibleOperation``, ``BasicOperation``, ``FusedOperation``.
+
+A *basic op* owns parameters and quantization state and knows its own forward
+and backward. A *fused op* runs several basic ops as one and owns nothing. The
+:class:`~refops.ops.fuser.OperationFuser` drives both through the hooks below,
+whose names and signatures are TransformerEngine's.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any, Iterable, Optional
+
+import torch
+
+from .extra_state import decode_extra_state, encode_extra_state
+from .parameter_lifecycle import ParameterLifecycle
+
+__all__ = ["OperationContext", "FusibleOperation", "BasicOperation", "FusedOperation"]
+
+
+@dataclasses.dataclass
+class OperationContext:
+    """What one basic op keeps from its forward for its backward (one per op, per forward)."""
+
+    saved_tensors: Optional[tuple[Optional[torch.Tensor], ...]] = None
+    to_save: Optional[tuple[Optional[torch.Tensor], ...]] = None
+    _saved_tensors_range: Optional[tuple[int, int]] = None
+    requires_grad: bool = True
+
+    def save_for_backward(self, *tensors: Optional[torch.Tensor]) -> None:
+        """Register tensors for backward; the fuser hands them back as ``saved_tensors``."""
+        self.to_save = tensors
+
+
+class FusibleOperation(torch.nn.Module, metaclass=abc.ABCMeta):
+    """Anything the fuser can run: a basic op or a fused op."""
+
+    #: The fuser class used when an op is called directly (``op(x)`` builds a fresh
+    #: fuser around it). Set by :mod:`refops.ops.fuser`, which depends on this module.
+    _standalone_fuser: Any = None
+
+    @property
+    @abc.abstractmethod
+    def is_fused_op(self) -> bool:
+        """Whether this op groups several basic ops."""
+
+    def pre_first_fuser_forward(self) -> None:
+        """Called once, on the first forward of a fuser, before parameters are cached."""
+
+    def pre_fuser_forward(self, *, requires_grad: bool) -> None:
+        """Called on every forward, after fusion, with whether this op needs backward."""
+
+    def get_input_quantizer(self) -> Any:
+        """The quantizer a previous op may use to emit its output already quantized."""
+        return None
+
+    def get_grad_output_quantizer(self) -> Any:
+        """The quantizer a next op may use to emit its grad-input already quantized."""
+        return None
+
+    def fuser_forward(
+        self,
+        basic_op_ctxs: list[OperationContext],
+        input_: torch.Tensor,
+        *,
+        basic_op_extra_inputs: list[tuple[torch.Tensor, ...]],
+        prev_op_grad_output_quantizer: Any,
+        next_op_input_quantizer: Any,
+        basic_op_kwargs: list[dict[str, Any]],
+    ) -> tuple[torch.Tensor, Iterable[Iterable[torch.Tensor]]]:
+        """Forward of the covered basic ops: ``(output, extra outputs per basic op)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement fuser_forward")
+
+    def fuser_backward(
+        self,
+        basic_op_ctxs: list[OperationContext],
+        grad_output: torch.Tensor,
+        *,
+        basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
+    ) -> tuple[
+        torch.Tensor,
+        Iterable[Iterable[Optional[torch.Tensor]]],
+        Iterable[Iterable[Optional[torch.Tensor]]],
+    ]:
+        """Backward: ``(grad_input, param grads per basic op, extra-input grads per basic op)``."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement fuser_backward")
+
+    def _sync_parameters(self) -> None:
+        """Containers re-point their aliases at their basic ops' parameters (no-op by default)."""
+
+
+class BasicOperation(FusibleOperation, ParameterLifecycle):
+    """A single operation that owns its parameters and quantization state.
+
+    Subclasses implement :meth:`op_forward` and :meth:`op_backward`, or override
+    :meth:`fuser_forward`/:meth:`fuser_backward` when they have extra inputs or
+    outputs. Param-owning subclasses also implement ``init_parameter`` and end
+    their constructor with ``self._initialize_or_defer(device)``.
+    """
+
+    num_extra_inputs: int = 0
+    num_extra_outputs: int = 0
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._extra_input_channels: list[Optional[str]] = [None] * self.num_extra_inputs
+        self._extra_output_channels: list[Optional[str]] = [None] * self.num_extra_outputs
+        self._extra_output_to_caller: list[bool] = [True] * self.num_extra_outputs
+        self._extra_tensor_channels_locked = False
+        self._fp8_metas: Optional[dict[str, Any]] = None
+        self._quantizers: Optional[dict[str, list[Any]]] = None
+
+    @property
+    def is_fused_op(self) -> bool:
+        return False
+
+    # ------------------------------------------------------------- lifecycle
+    def pre_first_fuser_forward(self) -> None:
+        """Materialize parameters still on meta (see :mod:`refops.ops.parameter_lifecycle`)."""
+        self.materialize_meta_parameters()
+
+    # ------------------------------------------------------------ quantizers
+    def num_quantizers(self, mode: str) -> int:
+        """Number of quantizer slots in ``mode`` ("forward" or "backward")."""
+        return 0
+
+    def get_quantizer_roles(self, mode: str) -> Optional[list[Any]]:
+        """One role per quantizer slot, or None."""
+        return None
+
+    def get_quantizer(self, mode: str, index: int) -> Any:
+        if self._quantizers is None:
+            return None
+        return self._quantizers[mode][index]
+
+    def get_input_quantizer(self) -> Any:
+        return self.get_quantizer("forward", 0) if self.num_quantizers("forward") > 0 else None
+
+    def get_grad_output_quantizer(self) -> Any:
+        return self.get_quantizer("backward", 0) if self.num_quantizers("backward") > 0 else None
+
+    def reset_recipe_state(self, *, recipe: Any) -> None:
+        """Build (or keep) this op's recipe state and quantizers for ``recipe``.
+
+        With ``recipe=None`` every quantizer is dropped.
+        """
+        if recipe is None:
+            self._fp8_metas = None
+            self._quantizers = None
+            return
+        raise NotImplementedError("quantization recipes arrive with refops.quantization")
+
+    # ---------------------------------------------------------------- compute
+    @abc.abstractmethod
+    def op_forward(
+        self,
+        ctx: OperationContext,
+        input_: torch.Tensor,
+        *,
+        prev_op_grad_output_quantizer: Any,
+        next_op_input_quantizer: Any,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        """Forward of this op alone."""
+
+    @abc.abstractmethod
+    def op_backward(
+        self, ctx: OperationContext, grad_output: torch.Tensor
+    ) -> tuple[Optional[torch.Tensor], Iterable[Optional[torch.Tensor]]]:
+        """Backward: ``(grad_input, grads of self.parameters() in order)``."""
+
+    def fuser_forward(
+        self,
+        basic_op_ctxs,
+        input_,
+        *,
+        basic_op_extra_inputs,
+        prev_op_grad_output_quantizer,
+        next_op_input_quantizer,
+        basic_op_kwargs,
+    ):
+        if self.num_extra_inputs > 0 or self.num_extra_outputs > 0:
+            raise RuntimeError(
+                f"{type(self).__name__} has extra tensor inputs or outputs, "
+                "so it should override `fuser_forward` instead of `op_forward`"
+            )
+        output = self.op_forward(
+            basic_op_ctxs[0],
+            input_,
+            prev_op_grad_output_quantizer=prev_op_grad_output_quantizer,
+            next_op_input_quantizer=next_op_input_quantizer,
+            **basic_op_kwargs[0],
+        )
+        return output, [()]
+
+    def fuser_backward(self, basic_op_ctxs, grad_output, *, basic_op_grad_extra_outputs):
+        if self.num_extra_inputs > 0 or self.num_extra_outputs > 0:
+            raise RuntimeError(
+                f"{type(self).__name__} has extra tensor inputs or outputs, "
+                "so it should override `fuser_backward` instead of `op_backward`"
+            )
+        grad_input, grad_params = self.op_backward(basic_op_ctxs[0], grad_output)
+        return grad_input, [grad_params], [()]
+
+    def forward(self, input: torch.Tensor, *extra_inputs: torch.Tensor, **kwargs: Any) -> Any:
+        """Run this op alone through a fresh :class:`OperationFuser`."""
+        return self._standalone_fuser([self])(input, *extra_inputs, basic_op_kwargs=[kwargs])
+
+    # ------------------------------------------------------- extra channels
+    def set_extra_input_channel(self, index: int, channel: Optional[str]) -> None:
+        """Bind extra-input slot ``index`` to the output of an earlier op named ``channel``.
+
+        A bound slot is no longer a public argument; ``None`` unbinds it.
+        """
+        self._check_channel_change(index, self.num_extra_inputs, "input", channel)
+        self._extra_input_channels[index] = channel
+
+    def set_extra_output_channel(
+        self, index: int, channel: Optional[str], *, output_to_caller: bool = True
+    ) -> None:
+        """Name extra-output slot ``index`` so later ops can consume it.
+
+        ``output_to_caller=False`` hides it from the caller. Unbinding (``None``)
+        makes the output public again.
+        """
+        self._check_channel_change(index, self.num_extra_outputs, "output", channel)
+        if not isinstance(output_to_caller, bool):
+            raise TypeError(f"{type(self).__name__}: output_to_caller must be a bool, got {output_to_caller!r}")
+        self._extra_output_channels[index] = channel
+        self._extra_output_to_caller[index] = True if channel is None else output_to_caller
+
+    def _check_channel_change(self, index: int, count: int, kind: str, channel: Optional[str]) -> None:
+        name = type(self).__name__
+        if self._extra_tensor_channels_locked:
+            raise RuntimeError(
+                f"{name} has already captured its channel routing (a fuser was built for it); "
+                "set extra tensor channels before the first forward"
+            )
+        if not 0 <= index < count:
+            raise IndexError(f"{name}: extra {kind} index {index} is out of range (the op has {count})")
+        if channel is not None and (not isinstance(channel, str) or not channel):
+            raise ValueError(f"{name}: an extra {kind} channel name must be a non-empty string, got {channel!r}")
+
+    def _lock_extra_tensor_channels(self) -> None:
+        self._extra_tensor_channels_locked = True
+
+    # ------------------------------------------------------------ checkpoints
+    def _extra_state_dict(self) -> dict[str, Any]:
+        """The op's non-parameter state to checkpoint (recipe state); empty by default."""
+        return {}
+
+    def _load_extra_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__}: unexpected extra state keys {sorted(state)}")
+
+    def get_extra_state(self) -> torch.Tensor:
+        """Recipe state as one uint8 tensor, never pickled (see :mod:`refops.ops.extra_state`)."""
+        return encode_extra_state(self._extra_state_dict())
+
+    def set_extra_state(self, state: Any) -> None:
+        """Inverse of :meth:`get_extra_state`; idempotent."""
+        self._load_extra_state_dict(decode_extra_state(state))
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        """Atomic per op: all own shapes are checked first, and a mismatch loads nothing.
+
+        Extra state is applied before parameters (loading into a quantized
+        parameter needs the loaded scales). A meta parameter receiving a real
+        tensor without ``assign=True`` is materialized from the checkpoint instead
+        of silently staying on meta.
+        """
+        own = {n: p for n, p in self._parameters.items() if p is not None and prefix + n in state_dict}
+        mismatched = [n for n, p in own.items() if tuple(state_dict[prefix + n].shape) != tuple(p.shape)]
+        if mismatched:
+            for n in mismatched:
+                error_msgs.append(
+                    f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}' expects shape "
+                    f"{tuple(own[n].shape)} but the checkpoint has {tuple(state_dict[prefix + n].shape)}; "
+                    "nothing of this op was loaded"
+                )
+            return
+        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
+        if extra_key in state_dict:
+            self.set_extra_state(state_dict[extra_key])
+        assign = local_metadata.get("assign_to_params_buffers", False)
+        if not assign:
+            self._materialize_from_checkpoint(
+                {n: state_dict[prefix + n] for n, p in own.items() if p.is_meta and not state_dict[prefix + n].is_meta}
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+
+    def _materialize_from_checkpoint(self, values: dict[str, torch.Tensor]) -> None:
+        if not values:
+            return
+        device = self.materialization_device()
+        with torch.no_grad():
+            for name, source in values.items():
+                param = self._parameters[name]
+                value = torch.empty(param.shape, dtype=param.dtype, device=device)
+                value.copy_(source)
+                self._place_parameter_value(name, value)
+
+
+class FusedOperation(FusibleOperation):
+    """Several basic ops run as one. Holds no state: it reads its ``basic_ops``.
+
+    ``Linear`` is the one user-facing container; every other fused op is built by
+    a fusion function.
+    """
+
+    def __init__(self, basic_ops: Iterable[BasicOperation]) -> None:
+        super().__init__()
+        basic_ops = list(basic_ops)
+        if not basic_ops:
+            raise ValueError(f"{type(self).__name__} needs at least one basic operation")
+        for op in basic_ops:
+            if not isinstance(op, BasicOperation):
+                raise TypeError(f"{type(self).__name__}: expected BasicOperation, got {type(op).__name__}")
+        self.basic_ops = torch.nn.ModuleList(basic_ops)
+
+    @property
+    def is_fused_op(self) -> bool:
+        return True
+
+    def get_input_quantizer(self) -> Any:
+        return self.basic_ops[0].get_input_quantizer()
+
+    def get_grad_output_quantizer(self) -> Any:
+        return self.basic_ops[-1].get_grad_output_quantizer()
+
+    def pre_first_fuser_forward(self) -> None:
+        """Materialize the basic ops, then re-sync any aliases."""
+        for op in self.basic_ops:
+            op.pre_first_fuser_forward()
+        self._sync_parameters()
+
+    def pre_fuser_forward(self, *, requires_grad: bool) -> None:
+        for op in self.basic_ops:
+            op.pre_fuser_forward(requires_grad=requires_grad)
+
+    def reset_parameters(self) -> None:
+        """Re-initialize every basic op, then re-sync any aliases."""
+        for op in self.basic_ops:
+            op.reset_parameters()
+        self._sync_parameters()
+
+    def forward(
+        self,
+        input: torch.Tensor,
+        *extra_inputs: torch.Tensor,
+        basic_op_kwargs: Optional[list[dict[str, Any]]] = None,
+    ) -> Any:
+        """Run this op alone through a fresh :class:`OperationFuser`."""
+        if basic_op_kwargs is None:
+            basic_op_kwargs = [{} for _ in self.basic_ops]
+        return self._standalone_fuser([self])(input, *extra_inputs, basic_op_kwargs=basic_op_kwargs)

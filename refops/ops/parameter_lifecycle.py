@@ -1,0 +1,212 @@
+"""The parameter lifecycle of a basic op: construct, defer, materialize, re-initialize, replace.
+
+This file answers "where are parameters materialized?": in
+:meth:`ParameterLifecycle.materialize_meta_parameters`, which the fuser calls (through
+``pre_first_fuser_forward``) on the first forward, and which
+:meth:`ParameterLifecycle.reset_parameters` shares its one code path with.
+
+The invariants kept here (see ``docs/lifecycle.md``):
+
+1. Construction on ``meta`` allocates nothing; elsewhere parameters are
+   initialized at once.
+2. Materialization and re-initialization keep every ``Parameter`` *object*
+   (``id`` unchanged), its ``requires_grad`` and its Python attributes: the data is
+   swapped into the existing object with :func:`torch.utils.swap_tensors`.
+3. Whenever a parameter object *is* replaced (``register_parameter``, attribute
+   assignment, ``load_state_dict(assign=True)``, ``to_empty``, ``.to()`` on paths
+   that create new objects), ``param_version`` increases and the containers that
+   alias the parameter re-sync at once.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+import torch
+
+from .. import trace
+
+__all__ = ["ParameterLifecycle", "canonicalize_device", "canonicalize_dtype", "fill_parameter_in_place"]
+
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def canonicalize_device(device: torch.device | str | int | None) -> torch.device:
+    """``None`` means torch's default device; an index-less ``cuda`` means the current CUDA device."""
+    device = torch.get_default_device() if device is None else torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def canonicalize_dtype(dtype: torch.dtype | None, *, op_name: str) -> torch.dtype:
+    """``None`` means torch's default dtype; only fp32, fp16 and bf16 are supported."""
+    dtype = torch.get_default_dtype() if dtype is None else dtype
+    if dtype not in SUPPORTED_DTYPES:
+        raise ValueError(f"{op_name}: supported dtypes are float32, float16, bfloat16 (got {dtype})")
+    return dtype
+
+
+def fill_parameter_in_place(param: torch.nn.Parameter, value: torch.Tensor) -> bool:
+    """Make ``param`` hold ``value``'s data while staying the same Python object.
+
+    Keeps ``requires_grad`` and every attribute set on the object (``main_grad``,
+    ``_param_name``...). Returns False when the swap is impossible (for instance a
+    weak reference to the parameter exists); the caller then replaces the object.
+    """
+    replacement = torch.nn.Parameter(value.detach(), requires_grad=param.requires_grad)
+    replacement.__dict__.update(param.__dict__)
+    try:
+        torch.utils.swap_tensors(param, replacement)
+    except RuntimeError:
+        return False
+    return True
+
+
+class ParameterLifecycle(torch.nn.Module):
+    """Mixin for ops that own parameters. Subclasses implement :meth:`init_parameter`.
+
+    A subclass registers its parameters (on the construction device, ``meta``
+    allowed) and then calls :meth:`_initialize_or_defer`.
+    """
+
+    _param_version: int = 0
+
+    # ------------------------------------------------------------ construction
+    def _remember_materialization_device(self, device: torch.device) -> None:
+        """Record where meta parameters will go: the construction device, or torch's default.
+
+        For ``device="meta"`` the target is torch's default device *at
+        construction*, unless that is meta too, in which case it is decided at
+        materialization time.
+        """
+        if device.type != "meta":
+            self._materialization_device: torch.device | None = device
+        else:
+            default = torch.get_default_device()
+            self._materialization_device = None if default.type == "meta" else canonicalize_device(default)
+
+    def _initialize_or_defer(self, device: torch.device) -> None:
+        """Construction's last step. Invariant: on meta nothing is allocated, elsewhere values are set."""
+        self._remember_materialization_device(device)
+        deferred = device.type == "meta"
+        trace.record(
+            "construct",
+            type(self).__name__,
+            device=str(device),
+            dtype=str(self._construction_dtype()),
+            deferred=deferred,
+        )
+        if not deferred:
+            self.reset_parameters()
+
+    def _construction_dtype(self) -> torch.dtype | None:
+        for p in self._parameters.values():
+            if p is not None:
+                return p.dtype
+        return None
+
+    def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
+        """Write the initial values of parameter ``name`` into ``tensor`` (in place)."""
+        raise NotImplementedError(f"{type(self).__name__} owns parameters but does not define init_parameter")
+
+    # --------------------------------------------------------- materialization
+    def materialization_device(self) -> torch.device:
+        """Where this op's meta parameters will be allocated."""
+        target = self._materialization_device
+        if target is None:
+            target = torch.get_default_device()
+        if target.type == "meta":
+            raise RuntimeError(
+                f"{type(self).__name__}: cannot materialize meta parameters because torch's default "
+                "device is meta; call torch.set_default_device(...) or "
+                "module.to_empty(device=...) followed by module.reset_parameters()"
+            )
+        return canonicalize_device(target)
+
+    def has_meta_parameters(self) -> bool:
+        return any(p is not None and p.is_meta for p in self._parameters.values())
+
+    def materialize_meta_parameters(self) -> None:
+        """Allocate and initialize every parameter still on ``meta``. Others are untouched.
+
+        Invariant: afterwards no parameter is on meta, and each keeps its object
+        identity, ``requires_grad`` and attributes. Values equal those of eager
+        construction on the same device under the same RNG state.
+        """
+        names = [n for n, p in self._parameters.items() if p is not None and p.is_meta]
+        if names:
+            self._initialize_parameters(names, self.materialization_device())
+
+    def reset_parameters(self) -> None:
+        """(Re)initialize every parameter this op owns (its own only: the FSDP contract).
+
+        Meta parameters go to :meth:`materialization_device`; others are
+        re-initialized where they are. Parameter objects are kept.
+        """
+        names = [n for n, p in self._parameters.items() if p is not None]
+        on_meta = [n for n in names if self._parameters[n].is_meta]
+        device = self.materialization_device() if on_meta else None
+        self._initialize_parameters(names, device)
+
+    def _initialize_parameters(self, names: Iterable[str], meta_target: torch.device | None) -> None:
+        """The single code path that gives parameters values (materialization and reset)."""
+        for name in names:
+            param = self._parameters[name]
+            device = meta_target if param.is_meta else param.device
+            # Parameters are ordinary tensors whatever the caller's grad mode: a
+            # first forward under inference_mode must not create inference tensors.
+            with torch.inference_mode(False), torch.no_grad():
+                value = torch.empty(param.shape, dtype=param.dtype, device=device)
+                self.init_parameter(name, value)
+                value = self._finalize_parameter_value(name, value)
+                self._place_parameter_value(name, value)
+            trace.record(
+                "materialize",
+                f"{type(self).__name__}.{name}",
+                device=str(value.device),
+                dtype=str(value.dtype),
+                kept_identity=self._parameters[name] is param,
+            )
+
+    def _finalize_parameter_value(self, name: str, value: torch.Tensor) -> torch.Tensor:
+        """Hook between initialization and placement (the recipes quantize weights here)."""
+        return value
+
+    def _place_parameter_value(self, name: str, value: torch.Tensor) -> None:
+        """Put ``value`` into parameter ``name``: in place when possible, else by replacement."""
+        param = self._parameters[name]
+        if fill_parameter_in_place(param, value):
+            return
+        replacement = torch.nn.Parameter(value, requires_grad=param.requires_grad)
+        replacement.__dict__.update(param.__dict__)
+        self.register_parameter(name, replacement)
+
+    # ------------------------------------------------------------- replacement
+    @property
+    def param_version(self) -> int:
+        """Increases whenever a parameter object of this op is replaced."""
+        return self._param_version
+
+    def register_parameter(self, name: str, param: torch.nn.Parameter | None) -> None:
+        super().register_parameter(name, param)
+        self._on_parameters_replaced()
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> "ParameterLifecycle":
+        before = dict(self._parameters)
+        result = super()._apply(fn, recurse)
+        if any(self._parameters.get(k) is not v for k, v in before.items()):
+            self._on_parameters_replaced()
+        return result
+
+    def _on_parameters_replaced(self) -> None:
+        """Invariant: every dependent learns of a replacement before it can use the old object."""
+        self._param_version = self._param_version + 1
+        for owner in self.__dict__.get("_alias_owners", ()):
+            owner._sync_parameters()
+
+    def _add_alias_owner(self, owner: torch.nn.Module) -> None:
+        """``owner`` holds aliases of this op's parameters and must re-sync on replacement."""
+        owners = self.__dict__.setdefault("_alias_owners", [])
+        if not any(o is owner for o in owners):
+            owners.append(owner)

@@ -1,0 +1,1 @@
+pytest_plugins = ["refops.testing.pytest_plugin"]

@@ -183,7 +183,9 @@ def _run_backward_ops(ctx, grad_output, grad_extra_outputs):
                 if source is None or source[0] in covered or not grads or grads[s] is None:
                     continue
                 previous = channel_grads.get(source)
-                channel_grads[source] = grads[s] if previous is None else previous + grads[s]
+                # The producer may accumulate into its channel grad in place (MakeExtraOutput
+                # in_place), and ops may return one tensor as several grads: it gets its own copy.
+                channel_grads[source] = grads[s].clone() if previous is None else previous + grads[s]
         for i in idxs:
             ctxs[i].saved_tensors = None
 

@@ -1,6 +1,49 @@
-"""Basic operations: each owns its parameters and knows its forward and backward."""
+"""Basic operations: each owns its parameters and knows its own forward and backward."""
 
+from .activation import GELU, GEGLU, GLU, QGELU, QGEGLU, ReGLU, ReLU, SiLU, SReGLU, SReLU
+from .add_extra_input import AddExtraInput
 from .basic_linear import BasicLinear
 from .bias import Bias
+from .constant_scale import ConstantScale
+from .dropout import Dropout
+from .grouped_linear import GroupedLinear
+from .identity import Identity
+from .l2normalization import L2Normalization
+from .layer_norm import LayerNorm
+from .make_extra_output import MakeExtraOutput
+from .reshape import Reshape
+from .rms_norm import RMSNorm
+from .scaled_activation import ScaledClampedQGeGLU, ScaledSiTUGLU, ScaledSReLU, ScaledSwiGLU
+from .swiglu import ClampedSwiGLU, SiTUGLU, SwiGLU
 
-__all__ = ["BasicLinear", "Bias"]
+__all__ = [
+    "AddExtraInput",
+    "BasicLinear",
+    "Bias",
+    "ClampedSwiGLU",
+    "ConstantScale",
+    "Dropout",
+    "GELU",
+    "GEGLU",
+    "GLU",
+    "GroupedLinear",
+    "Identity",
+    "L2Normalization",
+    "LayerNorm",
+    "MakeExtraOutput",
+    "QGELU",
+    "QGEGLU",
+    "ReGLU",
+    "ReLU",
+    "Reshape",
+    "RMSNorm",
+    "ScaledClampedQGeGLU",
+    "ScaledSiTUGLU",
+    "ScaledSReLU",
+    "ScaledSwiGLU",
+    "SiLU",
+    "SiTUGLU",
+    "SReGLU",
+    "SReLU",
+    "SwiGLU",
+]

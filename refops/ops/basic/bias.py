@@ -71,6 +71,8 @@ class Bias(BasicOperation):
         x = to_compute_dtype(input_, dtype)
         y, _ = current_backend().bias_activation_forward(x, to_compute_dtype(bias, dtype), "identity")
         ctx.dtype = dtype
+        # The quantizer the grad-input leaves through (used by BackwardActivationBias).
+        ctx.grad_input_quantizer = prev_op_grad_output_quantizer
         return y
 
     def op_backward(

@@ -1,0 +1,170 @@
+"""Element-wise activations and their gated (GLU) variants.
+
+A *unary* activation maps ``x`` to ``act(x)`` element by element. A *gated*
+activation splits the last dim of ``x`` into halves ``a`` (first) and ``b``
+(second) and computes ``gate(a) * b``: the output's last dim is half the
+input's. TransformerEngine applies the gate to the **first** half;
+``torch.nn.functional.glu`` applies it to the second.
+
+Every op here is a thin shell around the kernel seam
+(``current_backend().activation_forward`` / ``activation_backward``), which
+computes in fp32 and rounds once to the compute dtype.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from ...kernels import current_backend
+from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ..op import BasicOperation, OperationContext
+
+__all__ = ["GELU", "GEGLU", "GLU", "QGELU", "QGEGLU", "ReLU", "ReGLU", "SReLU", "SReGLU", "SiLU"]
+
+
+class _ActivationOperation(BasicOperation):
+    """Apply ``act`` to the input; no parameters, no quantizers of its own.
+
+    Forward: the compute dtype is the ``torch.autocast`` dtype if active, else
+    the input's dtype (fp32, fp16 or bf16); ``y = act(x)`` in that dtype; ``x``
+    is saved for backward. Backward: ``dx = act'(x) * dy`` (for gated
+    activations, the product rule over both halves), in the compute dtype.
+
+    Args:
+        cache_quantized_input: TransformerEngine saves an FP8 (E4M3, current
+            scaling) copy of ``x`` for backward when set. Quantized caching
+            arrives with the recipes work; until then the flag is accepted and
+            stored, and ``x`` is saved in high precision (backward is exact
+            rather than FP8-approximate).
+    """
+
+    #: Name of the activation in the kernel table (``refops.kernels``).
+    kernel_activation: ClassVar[str]
+    #: Whether the activation halves the last dim (``gate(a) * b``).
+    gated: ClassVar[bool] = False
+
+    def __init__(self, *, cache_quantized_input: bool = False) -> None:
+        super().__init__()
+        self.cache_quantized_input: bool = cache_quantized_input
+
+    def kernel_params(self) -> dict[str, Any]:
+        """Keyword parameters passed to the activation kernels (none by default)."""
+        return {}
+
+    # ---------------------------------------------------------------- layout
+    def _to_kernel_layout(self, x: torch.Tensor) -> torch.Tensor:
+        """Check the input's last dim and bring it to the ``[a..., b...]`` layout the kernels expect."""
+        if self.gated and (x.dim() == 0 or x.shape[-1] % 2 != 0):
+            raise ValueError(
+                f"{type(self).__name__}: a gated activation splits the last dim into two halves, "
+                f"so it must be even; got input shape {tuple(x.shape)}"
+            )
+        return x
+
+    def _from_kernel_layout(self, grad: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`_to_kernel_layout` for the input gradient."""
+        return grad
+
+    # --------------------------------------------------------------- compute
+    def op_forward(
+        self,
+        ctx: OperationContext,
+        input_: torch.Tensor,
+        *,
+        prev_op_grad_output_quantizer: Any,
+        next_op_input_quantizer: Any,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        name = type(self).__name__
+        if kwargs:
+            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
+        check_tensor(name, "input", input_, dtype=input_.dtype)
+        dtype = compute_dtype(name, input_, input_.dtype)
+        x = to_compute_dtype(input_, dtype).contiguous()
+        y = current_backend().activation_forward(self._to_kernel_layout(x), self.kernel_activation,
+                                                 **self.kernel_params())
+        if ctx.requires_grad:
+            ctx.save_for_backward(x)
+            ctx.dtype = dtype
+            ctx.prev_op_grad_output_quantizer = prev_op_grad_output_quantizer
+        return y
+
+    def op_backward(
+        self, ctx: OperationContext, grad_output: torch.Tensor
+    ) -> tuple[torch.Tensor, tuple[()]]:
+        (x,) = ctx.saved_tensors
+        dy = to_compute_dtype(grad_output, ctx.dtype).contiguous()
+        dx = current_backend().activation_backward(dy, self._to_kernel_layout(x), self.kernel_activation,
+                                                   **self.kernel_params())
+        return self._from_kernel_layout(dx), ()
+
+
+class GELU(_ActivationOperation):
+    """``GELU(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` (the tanh approximation)."""
+
+    kernel_activation = "gelu"
+
+
+class GEGLU(_ActivationOperation):
+    """``GEGLU(a, b) = GELU(a) * b`` with the tanh-approximate GELU; gate on the first half."""
+
+    kernel_activation = "geglu"
+    gated = True
+
+
+class GLU(_ActivationOperation):
+    """``GLU(a, b) = sigmoid(a) * b``; gate on the first half (``torch.nn.functional.glu`` gates the second)."""
+
+    kernel_activation = "glu"
+    gated = True
+
+
+class QGELU(_ActivationOperation):
+    """Quick GELU: ``QGELU(x) = x * sigmoid(1.702 x)``."""
+
+    kernel_activation = "qgelu"
+
+
+class QGEGLU(_ActivationOperation):
+    """``QGEGLU(a, b) = a * sigmoid(1.702 a) * b``; gate on the first half."""
+
+    kernel_activation = "qgeglu"
+    gated = True
+
+
+class ReLU(_ActivationOperation):
+    """``ReLU(x) = max(x, 0)``; the derivative at 0 is taken as 0."""
+
+    kernel_activation = "relu"
+
+
+class ReGLU(_ActivationOperation):
+    """``ReGLU(a, b) = max(a, 0) * b``; gate on the first half."""
+
+    kernel_activation = "reglu"
+    gated = True
+
+
+class SReLU(_ActivationOperation):
+    """Squared ReLU: ``SReLU(x) = max(x, 0)^2``, derivative ``2 max(x, 0)``.
+
+    (TransformerEngine's docstring writes ``max(x^2, 0)``; the formula it
+    implements and tests is the one above.)
+    """
+
+    kernel_activation = "srelu"
+
+
+class SReGLU(_ActivationOperation):
+    """``SReGLU(a, b) = max(a, 0)^2 * b``; gate on the first half."""
+
+    kernel_activation = "sreglu"
+    gated = True
+
+
+class SiLU(_ActivationOperation):
+    """``SiLU(x) = x * sigmoid(x)`` (also called swish)."""
+
+    kernel_activation = "silu"

@@ -1,0 +1,99 @@
+"""``AddExtraInput``: add a tensor passed to the fuser (or routed from an earlier op) to the input."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, NoReturn, Optional
+
+import torch
+
+from ..op import BasicOperation, OperationContext
+
+__all__ = ["AddExtraInput"]
+
+
+def check_same_layout(op_name: str, what: str, tensor: torch.Tensor, like: torch.Tensor, like_name: str) -> None:
+    """Raise unless ``tensor`` has ``like``'s shape, dtype and device (nothing is broadcast or cast)."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{op_name}: expected {what} to be a torch.Tensor, got {type(tensor).__name__}")
+    if tensor.shape != like.shape:
+        raise ValueError(
+            f"{op_name}: {what} has shape {tuple(tensor.shape)} but {like_name} has shape {tuple(like.shape)}; "
+            "they must match (no broadcasting)"
+        )
+    if tensor.dtype != like.dtype:
+        raise TypeError(
+            f"{op_name}: {what} has dtype {tensor.dtype} but {like_name} has dtype {like.dtype}; "
+            "cast one of them explicitly (refops never casts silently)"
+        )
+    if tensor.device != like.device:
+        raise ValueError(f"{op_name}: {what} is on {tensor.device} but {like_name} is on {like.device}")
+
+
+def _raise_extra_tensor_hooks(op: BasicOperation, hook: str) -> NoReturn:
+    raise RuntimeError(
+        f"{type(op).__name__} has {op.num_extra_inputs} extra tensor inputs and {op.num_extra_outputs} "
+        f"extra tensor outputs, so it implements fuser_{hook} instead of op_{hook}"
+    )
+
+
+class AddExtraInput(BasicOperation):
+    """``y = x + e`` where ``e`` is the op's one extra input. Backward: ``dx = dy``, ``de = dy``.
+
+    ``e`` must have the input's shape, dtype and device. With ``in_place=True``
+    the sum is written into ``e`` itself (outside autograd) and ``y`` *is* that
+    buffer: the caller's tensor is overwritten and aliased by the output. This is
+    what the ``ForwardLinearBiasAdd`` / ``ForwardLinearScaleAdd`` fusions need.
+
+    Args:
+        in_place: accumulate into the extra input's memory.
+    """
+
+    num_extra_inputs: int = 1
+
+    def __init__(self, *, in_place: bool = False) -> None:
+        super().__init__()
+        self._in_place = in_place
+
+    def op_forward(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _raise_extra_tensor_hooks(self, "forward")
+
+    def op_backward(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _raise_extra_tensor_hooks(self, "backward")
+
+    def fuser_forward(
+        self,
+        basic_op_ctxs: list[OperationContext],
+        input_: torch.Tensor,
+        *,
+        basic_op_extra_inputs: list[tuple[torch.Tensor, ...]],
+        prev_op_grad_output_quantizer: Any,
+        next_op_input_quantizer: Any,
+        basic_op_kwargs: list[dict[str, Any]],
+    ) -> tuple[torch.Tensor, Iterable[Iterable[torch.Tensor]]]:
+        name = type(self).__name__
+        if basic_op_kwargs[0]:
+            raise TypeError(f"{name}: unexpected forward kwargs {sorted(basic_op_kwargs[0])}")
+        (extra,) = basic_op_extra_inputs[0]
+        check_same_layout(name, "the extra input", extra, input_, "the input")
+        if self._in_place:
+            output = extra.detach()
+            output += input_
+        else:
+            output = extra + input_
+        return output, [()]
+
+    def fuser_backward(
+        self,
+        basic_op_ctxs: list[OperationContext],
+        grad_output: torch.Tensor,
+        *,
+        basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
+    ) -> tuple[
+        torch.Tensor,
+        Iterable[Iterable[Optional[torch.Tensor]]],
+        Iterable[Iterable[Optional[torch.Tensor]]],
+    ]:
+        return grad_output, [()], [(grad_output,)]
+
+    def extra_repr(self) -> str:
+        return f"in_place={self._in_place}"

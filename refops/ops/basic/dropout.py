@@ -1,0 +1,79 @@
+"""``Dropout``: zero random entries during training and rescale the rest."""
+
+from __future__ import annotations
+
+import numbers
+from typing import Any
+
+import torch
+
+from .._common import compute_dtype, to_compute_dtype
+from ..op import BasicOperation, OperationContext
+
+__all__ = ["Dropout"]
+
+
+class Dropout(BasicOperation):
+    """``y = x * mask`` with ``mask = Bernoulli(1 - p) / (1 - p)`` elementwise, in training mode.
+
+    Backward: ``dx = dy * mask`` with the forward's mask. In eval mode
+    (``op.eval()``) and for ``p == 0`` the op is the identity and returns its input
+    unchanged.
+
+    The mask is drawn with torch's RNG on the input's device (so
+    ``torch.manual_seed`` makes it reproducible) and is stored in the compute
+    dtype, so ``1 / (1 - p)`` is rounded like the output.
+
+    Dtypes: computes in the ``torch.autocast`` dtype when active, else the input's
+    dtype.
+
+    Args:
+        p: the probability of zeroing an entry, ``0 <= p < 1`` (kept as
+            ``self.dropout_probability``).
+    """
+
+    def __init__(self, p: float) -> None:
+        super().__init__()
+        name = type(self).__name__
+        if not isinstance(p, numbers.Real) or isinstance(p, bool):
+            raise TypeError(f"{name}: p must be a Python number, got {type(p).__name__}")
+        if not 0 <= p < 1:
+            raise ValueError(f"{name}: the dropout probability p must satisfy 0 <= p < 1, got {p}")
+        self.dropout_probability = float(p)
+
+    def _is_identity(self) -> bool:
+        return not self.training or self.dropout_probability == 0
+
+    def op_forward(
+        self,
+        ctx: OperationContext,
+        input_: torch.Tensor,
+        *,
+        prev_op_grad_output_quantizer: Any,
+        next_op_input_quantizer: Any,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        name = type(self).__name__
+        if kwargs:
+            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
+        ctx.is_identity = self._is_identity()
+        if ctx.is_identity:
+            return input_
+        dtype = compute_dtype(name, input_, input_.dtype)
+        x = to_compute_dtype(input_, dtype)
+        keep_probability = 1 - self.dropout_probability
+        mask = torch.empty_like(x).bernoulli_(keep_probability)
+        mask *= 1 / keep_probability
+        if ctx.requires_grad:
+            ctx.save_for_backward(mask)
+        ctx.dtype = dtype
+        return x * mask
+
+    def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:
+        if ctx.is_identity:
+            return grad_output, []
+        (mask,) = ctx.saved_tensors
+        return to_compute_dtype(grad_output, ctx.dtype) * mask, []
+
+    def extra_repr(self) -> str:
+        return f"p={self.dropout_probability}"

@@ -1,0 +1,113 @@
+"""``RMSNorm``: divide by the root mean square over the trailing dims, then scale."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import torch
+
+from ...kernels import current_backend
+from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ..op import BasicOperation, OperationContext
+from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
+from .layer_norm import canonicalize_normalized_shape, check_normalized_dims, sm_margins
+
+__all__ = ["RMSNorm"]
+
+
+class RMSNorm(BasicOperation):
+    """``y = x / sqrt(mean(x^2) + eps) * gamma`` over the trailing ``normalized_shape`` dims.
+
+    The mean of squares is used, not the variance (no centering). With
+    ``zero_centered_gamma`` the scale is ``1 + gamma``.
+
+    Parameter: ``weight`` (gamma) of shape ``normalized_shape``, starting at ones,
+    or zeros if ``zero_centered_gamma``.
+
+    Dtypes: computes in the ``torch.autocast`` dtype when active, else the
+    weight's dtype; the output is in it and ``rstd`` is fp32.
+
+    Backward: ``(dx, dgamma)`` from the saved ``(x, rstd)``.
+
+    Args:
+        normalized_shape: int or tuple of ints; the input's trailing dims.
+        eps: added to the mean of squares.
+        device: where the weight lives; ``"meta"`` defers allocation.
+        dtype: fp32, fp16 or bf16 (default: torch's default dtype).
+        zero_centered_gamma: use ``1 + gamma`` as the scale.
+        sm_margin: GPU multiprocessors to leave free (int, or dict per
+            "forward"/"backward"/"inference"); performance only.
+    """
+
+    def __init__(
+        self,
+        normalized_shape: Iterable[int] | int,
+        *,
+        eps: float = 1e-5,
+        device: Optional[torch.device | str] = None,
+        dtype: Optional[torch.dtype] = None,
+        zero_centered_gamma: bool = False,
+        sm_margin: int | dict[str, int] = 0,
+    ) -> None:
+        super().__init__()
+        name = type(self).__name__
+        self._shape = canonicalize_normalized_shape(normalized_shape, op_name=name)
+        device = canonicalize_device(device)
+        dtype = canonicalize_dtype(dtype, op_name=name)
+        self.eps = eps
+        self.zero_centered_gamma = zero_centered_gamma
+        self._sm_margins = sm_margins(sm_margin, op_name=name)
+        self.weight = torch.nn.Parameter(torch.empty(self._shape, device=device, dtype=dtype))
+        self._initialize_or_defer(device)
+
+    @property
+    def normalized_shape(self) -> tuple[int, ...]:
+        return self._shape
+
+    def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
+        if self.zero_centered_gamma:
+            tensor.zero_()
+        else:
+            tensor.fill_(1.0)
+
+    def op_forward(
+        self,
+        ctx: OperationContext,
+        input_: torch.Tensor,
+        *,
+        prev_op_grad_output_quantizer: Any,
+        next_op_input_quantizer: Any,
+        **kwargs: Any,
+    ) -> torch.Tensor:
+        name = type(self).__name__
+        if kwargs:
+            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
+        weight = self.weight
+        dtype = compute_dtype(name, input_, weight.dtype)
+        check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device)
+        check_normalized_dims(name, input_, self._shape)
+        x = to_compute_dtype(input_, dtype)
+        y, rstd = current_backend().rms_norm_forward(
+            x,
+            to_compute_dtype(weight, dtype),
+            eps=self.eps,
+            zero_centered_gamma=self.zero_centered_gamma,
+            out_dtype=dtype,
+        )
+        if ctx.requires_grad:
+            ctx.save_for_backward(x, rstd)
+        ctx.dtype = dtype
+        return y
+
+    def op_backward(
+        self, ctx: OperationContext, grad_output: torch.Tensor
+    ) -> tuple[torch.Tensor, list[Optional[torch.Tensor]]]:
+        x, rstd = ctx.saved_tensors
+        dy = to_compute_dtype(grad_output, ctx.dtype).reshape(x.shape)
+        dx, dw = current_backend().rms_norm_backward(
+            dy, x, rstd, to_compute_dtype(self.weight, ctx.dtype), zero_centered_gamma=self.zero_centered_gamma
+        )
+        return dx.reshape(grad_output.shape), [dw.reshape(self._shape)]
+
+    def extra_repr(self) -> str:
+        return f"normalized_shape={self._shape}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}"

@@ -1,0 +1,51 @@
+"""``BackwardLinearAdd``: the dgrad of ``BasicLinear`` accumulated into an in-place ``MakeExtraOutput``'s grad."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..basic.basic_linear import BasicLinear
+from ..basic.make_extra_output import MakeExtraOutput
+from ..op import FusedOperation, OperationContext
+from .rules import Condition, FusionRule
+
+__all__ = ["BackwardLinearAdd", "RULE"]
+
+
+class BackwardLinearAdd(FusedOperation):
+    """Backward-only: ``dx = g + dy W`` where ``g`` is the extra output's grad (updated in place).
+
+    It consumes the contexts the unfused forwards filled. The reference computes
+    the composition (linear backward, then the in-place add); a fast path may
+    accumulate inside the dgrad GEMM.
+    """
+
+    def __init__(self, *, backward_add: MakeExtraOutput, linear: BasicLinear) -> None:
+        super().__init__([backward_add, linear])
+
+    def fuser_backward(
+        self,
+        basic_op_ctxs: list[OperationContext],
+        grad_output: torch.Tensor,
+        *,
+        basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
+    ) -> tuple[Optional[torch.Tensor], list[tuple], list[tuple[()]]]:
+        add, linear = self.basic_ops
+        dx, (dw,) = linear.op_backward(basic_op_ctxs[1], grad_output)
+        dx, _, _ = add.fuser_backward(
+            [basic_op_ctxs[0]], dx, basic_op_grad_extra_outputs=[basic_op_grad_extra_outputs[0]]
+        )
+        return dx, [(), (dw,)], [(), ()]
+
+
+RULE = FusionRule(
+    fused_op=BackwardLinearAdd,
+    patterns=((MakeExtraOutput, BasicLinear),),
+    conditions=(
+        Condition("the extra output is in place", lambda w, r, p: w[0]._in_place),
+        Condition("the linear is not column tensor-parallel", lambda w, r, p: w[1].tensor_parallel_mode != "column"),
+    ),
+    build=lambda w: BackwardLinearAdd(backward_add=w[0], linear=w[1]),
+)

@@ -1,0 +1,47 @@
+"""``BackwardLinearScale``: the backward of ``BasicLinear`` + ``ConstantScale`` with ``alpha = scale``."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from ..basic.basic_linear import BasicLinear
+from ..basic.constant_scale import ConstantScale
+from ..op import FusedOperation, OperationContext
+from .rules import Condition, FusionRule
+
+__all__ = ["BackwardLinearScale", "RULE"]
+
+
+class BackwardLinearScale(FusedOperation):
+    """Backward-only: dgrad and wgrad of ``d(linear out) = scale * dy``.
+
+    The reference computes the composition (scale, then the linear backward); a
+    fast path may fold the scale into the GEMMs' alpha.
+    """
+
+    def __init__(self, *, linear: BasicLinear, scale: ConstantScale) -> None:
+        super().__init__([linear, scale])
+
+    def fuser_backward(
+        self,
+        basic_op_ctxs: list[OperationContext],
+        grad_output: torch.Tensor,
+        *,
+        basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
+    ) -> tuple[Optional[torch.Tensor], list[tuple], list[tuple[()]]]:
+        linear, scale = self.basic_ops
+        dy, _ = scale.op_backward(basic_op_ctxs[1], grad_output)
+        dx, (dw,) = linear.op_backward(basic_op_ctxs[0], dy)
+        return dx, [(dw,), ()], [(), ()]
+
+
+RULE = FusionRule(
+    fused_op=BackwardLinearScale,
+    patterns=((BasicLinear, ConstantScale),),
+    conditions=(
+        Condition("the linear is not column tensor-parallel", lambda w, r, p: w[0].tensor_parallel_mode != "column"),
+    ),
+    build=lambda w: BackwardLinearScale(linear=w[0], scale=w[1]),
+)

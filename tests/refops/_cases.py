@@ -10,6 +10,9 @@ import torch
 import refops as te
 from refops.ops.basic.basic_linear import BasicLinear
 from refops.ops.basic.bias import Bias
+from refops.ops.basic.grouped_linear import GroupedLinear
+from refops.ops.basic.layer_norm import LayerNorm
+from refops.ops.basic.rms_norm import RMSNorm
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,38 +36,6 @@ def _grouped_inputs(device: torch.device, dtype: torch.dtype) -> tuple[torch.Ten
     return torch.randn(12, 16, device=device, dtype=dtype), split_sizes
 
 
-def _optional_cases() -> list[OpCase]:
-    """Cases for ops that live in their own modules (added as those ops exist)."""
-    cases: list[OpCase] = []
-    try:  # TEMPORARY while the norm and grouped ops are being written
-        from refops.ops.basic.grouped_linear import GroupedLinear
-        from refops.ops.basic.layer_norm import LayerNorm
-        from refops.ops.basic.rms_norm import RMSNorm
-    except ImportError:
-        return cases
-    cases += [
-        OpCase("layer_norm", lambda d, t: LayerNorm(16, device=d, dtype=t), _x((4, 16))),
-        OpCase("layer_norm_zcg", lambda d, t: LayerNorm(16, device=d, dtype=t, zero_centered_gamma=True), _x((4, 16))),
-        OpCase("rms_norm", lambda d, t: RMSNorm(16, device=d, dtype=t), _x((4, 16))),
-    ]
-    cases += [
-        OpCase("grouped_linear", lambda d, t: GroupedLinear(4, 16, 8, device=d, dtype=t), _grouped_inputs),
-        OpCase(
-            "grouped_linear_single_param",
-            lambda d, t: GroupedLinear(
-                4, 16, 8, device=d, dtype=t, single_grouped_weight=True, single_grouped_bias=True
-            ),
-            _grouped_inputs,
-        ),
-        OpCase(
-            "sequential_ln_linear",
-            lambda d, t: te.ops.Sequential(LayerNorm(16, device=d, dtype=t), te.ops.Linear(16, 8, device=d, dtype=t)),
-            _x((4, 16)),
-        ),
-    ]
-    return cases
-
-
 CASES: list[OpCase] = [
     OpCase("basic_linear", lambda d, t: BasicLinear(16, 8, device=d, dtype=t), _x((2, 3, 16))),
     OpCase("bias", lambda d, t: Bias(16, device=d, dtype=t), _x((4, 16))),
@@ -75,7 +46,21 @@ CASES: list[OpCase] = [
         lambda d, t: te.ops.Sequential(te.ops.Linear(16, 8, device=d, dtype=t), Bias(8, device=d, dtype=t)),
         _x((4, 16)),
     ),
-] + _optional_cases()
+    OpCase("layer_norm", lambda d, t: LayerNorm(16, device=d, dtype=t), _x((4, 16))),
+    OpCase("layer_norm_zcg", lambda d, t: LayerNorm(16, device=d, dtype=t, zero_centered_gamma=True), _x((4, 16))),
+    OpCase("rms_norm", lambda d, t: RMSNorm(16, device=d, dtype=t), _x((4, 16))),
+    OpCase("grouped_linear", lambda d, t: GroupedLinear(4, 16, 8, device=d, dtype=t), _grouped_inputs),
+    OpCase(
+        "grouped_linear_single_param",
+        lambda d, t: GroupedLinear(4, 16, 8, device=d, dtype=t, single_grouped_weight=True, single_grouped_bias=True),
+        _grouped_inputs,
+    ),
+    OpCase(
+        "sequential_ln_linear",
+        lambda d, t: te.ops.Sequential(LayerNorm(16, device=d, dtype=t), te.ops.Linear(16, 8, device=d, dtype=t)),
+        _x((4, 16)),
+    ),
+]
 
 CASE_IDS = [c.name for c in CASES]
 

@@ -40,10 +40,13 @@ class GroupedLinear(BasicOperation):
 
     Parameters, in ``parameters()`` order (the order of the grads, TE §2.6):
 
-    * default: ``weight0 .. weight{G-1}`` then ``bias0 .. bias{G-1}`` (registered as
-      ``None`` when ``bias=False``);
+    * default: ``weight0 .. weight{G-1}`` then ``bias0 .. bias{G-1}``;
     * ``single_grouped_weight``: one ``weight`` of shape ``(G, out, in)``;
-      ``single_grouped_bias``: one ``bias`` of shape ``(G, out)``.
+      ``single_grouped_bias``: one ``bias`` of shape ``(G, out)``;
+    * with ``bias=False`` the bias names are registered as ``None``.
+
+    All weights and biases must share dtype, device and ``requires_grad``
+    (checked at the first forward; the error names the offending index).
 
     Weights start as ``kaiming_uniform_(a=sqrt(5))`` applied to each group's
     ``(out, in)`` matrix in group order (so both layouts hold the same values for
@@ -54,7 +57,8 @@ class GroupedLinear(BasicOperation):
     * single grouped parameters exist *from construction* (also on ``meta``) and
       are plain tensors: materialization never changes the parameter count or
       identity (TE swaps discrete params for a ``GroupedTensor`` then). They need
-      no environment variable and work in fp32.
+      no environment variable and work in fp32. So ``weight`` always comes
+      before the biases (TE lists discrete biases before a late ``weight``).
     * a caller ``output`` buffer is returned as a view, so autograd never marks the
       buffer itself as requiring grad and it can be reused every iteration.
     * :meth:`backward_dw` computes every queued weight grad and *accumulates*

@@ -1,0 +1,573 @@
+"""NVFP4 numerics: two-level block scaling, RHT, stochastic rounding, 4over6, dequantize, GEMM.
+
+This file is the byte-exact specification a CUDA kernel is checked against
+(``recipes-numerics.md`` §2.5, §3.2-3.3, §4). Notation: ``RN(.)`` is one IEEE
+fp32 round-to-nearest-even step, ``fl(c)`` the constant ``c`` rounded to fp32,
+``Q_E4M3`` the saturating E4M3 cast, ``A`` a global amax, ``E`` the E4M3 range
+the global scale targets (448, or 256 for 4over6 tensors), ``fminf`` the C
+function (a NaN operand yields the other operand).
+
+Every arithmetic step below is a separate fp32 torch operation, so each one
+rounds exactly once; no step is fused. Amaxes are exact and skip NaN, like
+``fmaxf`` starting from 0.
+
+Layouts (``M`` rows, ``K`` columns of the 2D input):
+
+* rowwise data ``(M, K/2)`` uint8, two E2M1 codes per byte, element ``2j`` in
+  the low nibble; scales ``(round_up(M,128), round_up(K/16,4))`` E4M3 bytes,
+  element ``[m, k/16]``, padding zero-filled;
+* columnwise data is the transposed tensor ``(K, M/2)``, blocked along ``M``;
+  scales ``(round_up(K,128), round_up(M/16,4))``, element ``[k, m/16]``;
+* amax: shape ``(1,)`` fp32, or one value per data row when row-scaled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ...formats import (
+    E4M3,
+    FLT_MAX,
+    e2m1_round_nearest_even,
+    e2m1_stochastic_round,
+    e2m1_to_fp32,
+    fp32_from_bits,
+    pack_e2m1,
+    unpack_e2m1,
+)
+
+__all__ = [
+    "BLOCK",
+    "RHT_SIGN_VECTOR",
+    "NVFP4QuantizeResult",
+    "nvfp4_scale_shape",
+    "nvfp4_global_scale",
+    "nvfp4_block_scale",
+    "nvfp4_4over6_block_scales",
+    "nvfp4_block_encode_multiplier",
+    "rht_matrix_16",
+    "hadamard_transform_16",
+    "nvfp4_quantize",
+    "nvfp4_dequantize",
+    "swizzle_block_scales",
+    "unswizzle_block_scales",
+    "nvfp4_gemm_reference",
+]
+
+#: Elements per NVFP4 block (and tile side for 2D weights).
+BLOCK = 16
+#: Fixed RHT signs s_i (TE's ``get_wgrad_sign_vector``).
+RHT_SIGN_VECTOR = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
+_FL_ONE_SIXTH_BITS = 0x3E2AAAAB  # fl(1/6)
+_SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+# ------------------------------------------------------------------ helpers
+def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
+    """``fl(value)`` as a 0-dim fp32 tensor on ``like``'s device (the double rounded once)."""
+    return torch.tensor(value, dtype=torch.float32, device=like.device)
+
+
+def _fminf(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """C ``fminf``: the smaller operand; a NaN ``a`` yields ``b``."""
+    return torch.where(torch.isnan(a), b, torch.minimum(a, b))
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+def _abs_skip_nan(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(torch.isnan(x), torch.zeros_like(x), x.abs())
+
+
+def _block_amax(x: torch.Tensor, tile_rows: int) -> torch.Tensor:
+    """Amax per 1x16 block (``tile_rows`` 1) or per 16x16 tile repeated over its rows: ``(R, C/16)``."""
+    rows, cols = x.shape
+    a = _abs_skip_nan(x)
+    if rows == 0 or cols == 0:
+        return torch.zeros(rows, cols // BLOCK, dtype=torch.float32, device=x.device)
+    if tile_rows == 1:
+        return a.view(rows, cols // BLOCK, BLOCK).amax(dim=-1)
+    tiles = a.view(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK).amax(dim=(1, 3))
+    return tiles.repeat_interleave(BLOCK, dim=0)
+
+
+def _global_amax(x: torch.Tensor, per_row: bool) -> torch.Tensor:
+    """Exact NaN-skipping amax: shape ``(1,)``, or ``(R,)`` with ``per_row``."""
+    a = _abs_skip_nan(x)
+    if per_row:
+        if x.shape[1] == 0:
+            return torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
+        return a.amax(dim=1)
+    if a.numel() == 0:
+        return torch.zeros(1, dtype=torch.float32, device=x.device)
+    return a.amax().reshape(1)
+
+
+def nvfp4_scale_shape(rows: int, cols: int) -> tuple[int, int]:
+    """Padded scale-tensor shape for data of ``rows x cols`` blocked along ``cols``:
+    ``(round_up(rows, 128), round_up(ceil(cols/16), 4))``."""
+    return _round_up(rows, 128), _round_up(-(-cols // BLOCK), 4)
+
+
+def _pad_scales(scale_bytes: torch.Tensor) -> torch.Tensor:
+    rows, blocks = scale_bytes.shape
+    padded = torch.zeros(nvfp4_scale_shape(rows, blocks * BLOCK), dtype=torch.uint8, device=scale_bytes.device)
+    padded[:rows, :blocks] = scale_bytes
+    return padded
+
+
+# ------------------------------------------------------------ scale factors
+def nvfp4_global_scale(amax: torch.Tensor, *, e4m3_max: float = 448.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-tensor (or per-row) encode and decode scales ``(S_enc, S_dec)`` from the global amax.
+
+    ``S_enc = fminf(RN(fl(6*E) / A), FLT_MAX)`` (``6*E`` = 2688 or 1536 is exact);
+    then ``S_enc = 1`` where ``A == 0`` or ``S_enc == 0`` (``A = inf``). A NaN
+    ``A`` gives ``FLT_MAX`` (``fminf``). ``S_dec = RN(1 / S_enc)``.
+    ``E = e4m3_max`` is 448 (standard) or 256 (4over6 tensors that reserve
+    headroom for the 1.5x map-to-4 scale).
+    """
+    if e4m3_max not in (256.0, 448.0):
+        raise ValueError(f"nvfp4_global_scale: e4m3_max must be 256 or 448, got {e4m3_max}")
+    a = amax.to(torch.float32)
+    s_enc = _fminf(torch.div(_f32(6.0 * e4m3_max, a), a), _f32(FLT_MAX, a))
+    s_enc = torch.where((a == 0) | (s_enc == 0), torch.ones_like(s_enc), s_enc)
+    s_dec = torch.div(_f32(1.0, a), s_enc)
+    return s_enc, s_dec
+
+
+def nvfp4_block_scale(block_amax: torch.Tensor, s_enc: torch.Tensor) -> torch.Tensor:
+    """Standard block scale ``s_b = Q_E4M3(fminf(RN(b * RN(S_enc * fl(1/6))), FLT_MAX))``.
+
+    Association matters: ``S_enc * fl(1/6)`` first (``fl(1/6)`` = ``0x3E2AAAAB``),
+    then times the block amax ``b``. Returns ``float8_e4m3fn`` values
+    (``.view(torch.uint8)`` gives the stored bytes). ``b = inf`` gives 448.
+    """
+    multiplier = s_enc * fp32_from_bits(torch.tensor(_FL_ONE_SIXTH_BITS, device=s_enc.device))
+    return E4M3.quantize(_fminf(block_amax * multiplier, _f32(FLT_MAX, s_enc)))
+
+
+def nvfp4_4over6_block_scales(block_amax: torch.Tensor, s_enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """4over6 candidate scales ``(s4, s6)`` as ``float8_e4m3fn``.
+
+    ``base = RN(RN(b / 6) * S_enc)`` (a true division, unlike the standard
+    path); ``s4 = Q_E4M3(fminf(RN(base * 1.5), 448))``; ``s6 = Q_E4M3(fminf(base, 448))``.
+    """
+    base = torch.div(block_amax, _f32(6.0, block_amax)) * s_enc
+    e4m3_max = _f32(E4M3.max, block_amax)
+    s4 = E4M3.quantize(_fminf(base * _f32(1.5, block_amax), e4m3_max))
+    s6 = E4M3.quantize(_fminf(base, e4m3_max))
+    return s4, s6
+
+
+def nvfp4_block_encode_multiplier(s_b: torch.Tensor, s_dec: torch.Tensor) -> torch.Tensor:
+    """``enc_b = fminf(RN(1 / RN(float(s_b) * S_dec)), FLT_MAX)``; ``s_b = 0`` gives ``FLT_MAX``."""
+    decode = s_b.to(torch.float32) * s_dec
+    return _fminf(torch.div(_f32(1.0, decode), decode), _f32(FLT_MAX, decode))
+
+
+# -------------------------------------------------- random Hadamard transform
+def rht_matrix_16(*, random_sign_mask: bool, device: torch.device | str | None = None) -> torch.Tensor:
+    """The RHT matrix ``diag(s) * H16 * 0.25`` in bf16 (entries exactly ±0.25).
+
+    ``H16[i, j] = (-1)^popcount(i & j)`` (Sylvester); ``s`` is
+    :data:`RHT_SIGN_VECTOR`, or all ones when ``random_sign_mask`` is False.
+    """
+    idx = torch.arange(BLOCK, device=device)
+    parity = torch.zeros(BLOCK, BLOCK, dtype=torch.int64, device=device)
+    both = idx[:, None] & idx[None, :]
+    for bit in range(4):
+        parity = parity + ((both >> bit) & 1)
+    hadamard = 1.0 - 2.0 * (parity % 2).to(torch.float32)
+    signs = torch.tensor(RHT_SIGN_VECTOR if random_sign_mask else (1,) * BLOCK, dtype=torch.float32, device=device)
+    return (signs[:, None] * hadamard * 0.25).to(torch.bfloat16)
+
+
+def hadamard_transform_16(x_t: torch.Tensor, *, random_sign_mask: bool) -> torch.Tensor:
+    """Apply the RHT along the last dim in chunks of 16: ``y = chunk @ (diag(s) H16 / 4)``.
+
+    ``x_t`` is bf16 (the already transposed ``(K, M)`` tensor for columnwise
+    quantization). For each chunk ``x_0..x_15`` and output ``j``:
+    ``acc = +0.0; for i = 0..15: acc = RN(acc + x_i * m_ij)`` (each product is
+    exact: ``m_ij = ±0.25``), then ``y_j = bf16_RNE(acc)``. The fixed ascending
+    order defines the result where an fp32 sum would be inexact (operand
+    exponents more than ~16 apart); elsewhere it equals TE's reference (a bf16
+    ``torch.matmul`` with fp32 accumulation) bit for bit. An exactly zero sum is
+    +0.0.
+    """
+    if x_t.dtype != torch.bfloat16:
+        raise ValueError(f"hadamard_transform_16: expected a bfloat16 tensor, got {x_t.dtype}")
+    if x_t.ndim == 0 or x_t.shape[-1] % BLOCK != 0:
+        raise ValueError(
+            f"hadamard_transform_16: the last dim must be a multiple of {BLOCK}, got shape {tuple(x_t.shape)}"
+        )
+    matrix = rht_matrix_16(random_sign_mask=random_sign_mask, device=x_t.device).to(torch.float32)
+    chunks = x_t.reshape(-1, BLOCK).to(torch.float32)
+    acc = torch.zeros_like(chunks)
+    for i in range(BLOCK):
+        acc = acc + chunks[:, i : i + 1] * matrix[i][None, :]
+    return acc.to(torch.bfloat16).reshape(x_t.shape)
+
+
+# ---------------------------------------------------------------- quantize
+@dataclasses.dataclass(frozen=True)
+class NVFP4QuantizeResult:
+    """Plain tensors produced by :func:`nvfp4_quantize` (``None`` for an orientation not requested).
+
+    ``*_data`` packed E2M1 uint8, ``*_scale`` padded E4M3 bytes (uint8),
+    ``*_amax`` fp32 ``(1,)`` or per data row; ``e4m3_max`` is the ``E`` used for
+    ``S_enc`` (448, or 256/448 under 4over6), needed to dequantize and for GEMM alpha.
+    """
+
+    rowwise_data: torch.Tensor | None
+    rowwise_scale: torch.Tensor | None
+    rowwise_amax: torch.Tensor | None
+    columnwise_data: torch.Tensor | None
+    columnwise_scale: torch.Tensor | None
+    columnwise_amax: torch.Tensor | None
+    e4m3_max: float
+
+
+def _scaled_blocks(blocks: torch.Tensor, s_b: torch.Tensor, s_dec: torch.Tensor) -> torch.Tensor:
+    """``RN(x * enc_b)`` for ``blocks`` of shape ``(R, C/16, 16)``."""
+    return blocks * nvfp4_block_encode_multiplier(s_b, s_dec)[..., None]
+
+
+def _sum_rows_of_tiles(err: torch.Tensor) -> torch.Tensor:
+    """Sum the 16 row errors of each tile in the kernel's warp-shuffle tree order, repeat per row.
+
+    ``(r, r+8) -> (r, r+4) -> (r, r+2) -> (r, r+1)``, each addition one RN.
+    """
+    e = err.view(-1, BLOCK, err.shape[-1])
+    e = e[:, 0:8] + e[:, 8:16]
+    e = e[:, 0:4] + e[:, 4:8]
+    e = e[:, 0:2] + e[:, 2:4]
+    return (e[:, 0] + e[:, 1]).repeat_interleave(BLOCK, dim=0)
+
+
+def _4over6_error(
+    blocks: torch.Tensor, codes: torch.Tensor, s_c: torch.Tensor, amax: torch.Tensor, e4m3_max: float, err_mode: str
+) -> torch.Tensor:
+    """Sequential fp32 error of one candidate per block, elements ``i = 0..15`` in order.
+
+    ``val = RN(RN(RN(e2m1(q_i) * float(s_c)) * A) / fl(6*E))``;
+    ``diff = RN(val - x_i)``; ``err = RN(err + |diff|)`` (MAE) or
+    ``RN(err + RN(diff * diff))`` (MSE), starting from ``err = 0``.
+    """
+    decoded = e2m1_to_fp32(codes)
+    scale = s_c.to(torch.float32)
+    denominator = _f32(6.0 * e4m3_max, blocks)
+    err = torch.zeros_like(scale)
+    for i in range(BLOCK):
+        val = torch.div(decoded[..., i] * scale * amax, denominator)
+        diff = val - blocks[..., i]
+        err = err + (diff * diff if err_mode == "MSE" else diff.abs())
+    return err
+
+
+def _quantize_2d_orientation(
+    x: torch.Tensor,
+    amax: torch.Tensor,
+    *,
+    tile_rows: int,
+    random_bytes: torch.Tensor | None,
+    use_4over6: bool,
+    e4m3_max: float,
+    err_mode: str,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Quantize fp32 ``x`` ``(R, C)`` blocked along ``C``: returns packed codes and compact scale bytes."""
+    rows, cols = x.shape
+    blocks = x.view(rows, cols // BLOCK, BLOCK)
+    block_amax = _block_amax(x, tile_rows)
+    a = amax.view(-1, 1)
+    s_enc, s_dec = nvfp4_global_scale(a, e4m3_max=e4m3_max)
+    if use_4over6:
+        s4, s6 = nvfp4_4over6_block_scales(block_amax, s_enc)
+        codes4 = e2m1_round_nearest_even(_scaled_blocks(blocks, s4, s_dec))
+        codes6 = e2m1_round_nearest_even(_scaled_blocks(blocks, s6, s_dec))
+        err4 = _4over6_error(blocks, codes4, s4, a, e4m3_max, err_mode)
+        err6 = _4over6_error(blocks, codes6, s6, a, e4m3_max, err_mode)
+        if tile_rows == BLOCK:
+            err4, err6 = _sum_rows_of_tiles(err4), _sum_rows_of_tiles(err6)
+        pick_map4 = err4 < err6  # ties (and NaN errors) choose map-to-6
+        codes = torch.where(pick_map4[..., None], codes4, codes6)
+        s_b = torch.where(pick_map4, s4.view(torch.uint8), s6.view(torch.uint8))
+    else:
+        s_b_fp8 = nvfp4_block_scale(block_amax, s_enc)
+        scaled = _scaled_blocks(blocks, s_b_fp8, s_dec)
+        if random_bytes is None:
+            codes = e2m1_round_nearest_even(scaled)
+        else:
+            codes = e2m1_stochastic_round(scaled, random_bytes.reshape(rows, cols // BLOCK, BLOCK))
+        s_b = s_b_fp8.view(torch.uint8)
+    return pack_e2m1(codes.view(rows, cols)), s_b
+
+
+def _check_random_bytes(name: str, random_bytes: torch.Tensor | None, shape: tuple[int, int], needed: bool) -> None:
+    if not needed:
+        if random_bytes is not None:
+            raise ValueError(f"nvfp4_quantize: {name} given but not used (needs stochastic_rounding and that usage)")
+        return
+    if random_bytes is None:
+        raise ValueError(f"nvfp4_quantize: stochastic_rounding needs {name}, one uint8 per element of shape {shape}")
+    if random_bytes.dtype != torch.uint8 or tuple(random_bytes.shape) != shape:
+        raise ValueError(
+            f"nvfp4_quantize: {name} must be uint8 of shape {shape}, "
+            f"got {random_bytes.dtype} of shape {tuple(random_bytes.shape)}"
+        )
+
+
+def _validate(x2d: torch.Tensor, o: dict) -> None:
+    """Reject shapes, dtypes and option combinations TE's kernels do not support."""
+    if not isinstance(x2d, torch.Tensor) or x2d.ndim != 2:
+        raise ValueError(f"nvfp4_quantize: expected a 2D tensor (M, K), got {getattr(x2d, 'shape', type(x2d))}")
+    if x2d.dtype not in _SUPPORTED_DTYPES:
+        raise ValueError(f"nvfp4_quantize: expected float32, float16 or bfloat16 input, got {x2d.dtype}")
+    m, k = x2d.shape
+    if not (o["rowwise"] or o["columnwise"]):
+        raise ValueError("nvfp4_quantize: at least one of rowwise / columnwise must be True")
+    if k % BLOCK != 0:
+        raise ValueError(f"nvfp4_quantize: K (last dim) must be a multiple of {BLOCK}, got shape {(m, k)}")
+    if (o["columnwise"] or o["with_2d"]) and m % BLOCK != 0:
+        raise ValueError(
+            f"nvfp4_quantize: M (first dim) must be a multiple of {BLOCK} for columnwise or 2D quantization, "
+            f"got shape {(m, k)}"
+        )
+    if o["with_rht"] and o["columnwise"] and x2d.dtype != torch.bfloat16:
+        raise ValueError(f"nvfp4_quantize: the random Hadamard transform needs bfloat16 input, got {x2d.dtype}")
+    if o["with_2d"] and o["with_rht"]:
+        raise ValueError("nvfp4_quantize: 2D (16x16) quantization cannot be combined with the RHT")
+    if o["use_4over6"]:
+        if o["stochastic_rounding"]:
+            raise ValueError("nvfp4_quantize: 4over6 cannot be combined with stochastic rounding")
+        if o["with_rht"]:
+            raise ValueError("nvfp4_quantize: 4over6 cannot be combined with the random Hadamard transform")
+        if o["e4m3_max_4over6"] not in (256.0, 448.0):
+            raise ValueError(f"nvfp4_quantize: e4m3_max_4over6 must be 256 or 448, got {o['e4m3_max_4over6']}")
+        if o["err_mode"] not in ("MAE", "MSE"):
+            raise ValueError(f"nvfp4_quantize: err_mode must be 'MAE' or 'MSE', got {o['err_mode']!r}")
+    if o["row_scaled"]:
+        for flag, what in (("with_rht", "the RHT"), ("with_2d", "2D quantization"), ("stochastic_rounding", "SR")):
+            if o[flag]:
+                raise ValueError(f"nvfp4_quantize: row-scaled NVFP4 cannot be combined with {what}")
+
+
+def nvfp4_quantize(
+    x2d: torch.Tensor,
+    *,
+    rowwise: bool = True,
+    columnwise: bool = True,
+    with_2d: bool = False,
+    with_rht: bool = False,
+    random_sign_mask: bool = True,
+    stochastic_rounding: bool = False,
+    random_bytes_rowwise: torch.Tensor | None = None,
+    random_bytes_columnwise: torch.Tensor | None = None,
+    use_4over6: bool = False,
+    e4m3_max_4over6: float = 256.0,
+    err_mode: str = "MAE",
+    row_scaled: bool = False,
+) -> NVFP4QuantizeResult:
+    """Quantize a 2D ``(M, K)`` fp32/fp16/bf16 tensor to NVFP4 (rowwise and/or columnwise).
+
+    Each orientation is quantized independently from its source: rowwise from
+    ``x``, columnwise from ``xᵀ`` (``(K, M)``), after ``hadamard_transform_16``
+    when ``with_rht`` (the RHT applies to columnwise only). Per orientation:
+
+    1. ``A`` = exact NaN-skipping amax of the source (per data row when
+       ``row_scaled``: per row of ``x`` / per column of ``x``).
+    2. ``S_enc, S_dec = nvfp4_global_scale(A, e4m3_max=E)``; ``E`` = 448, or
+       ``e4m3_max_4over6`` under 4over6.
+    3. ``b`` = amax of each 1x16 block along the data row (``with_2d``: of each
+       16x16 tile, shared by its 16 rows; columnwise tiles are the transposed
+       tiles). Standard: ``s_b = nvfp4_block_scale(b, S_enc)``.
+    4. ``enc_b = nvfp4_block_encode_multiplier(s_b, S_dec)``; ``v = RN(x * enc_b)``
+       with ``x`` converted exactly to fp32.
+    5. ``q = E2M1_RNE_satfinite(v)`` (-0.0 gives code 8, NaN code 7), or with
+       ``stochastic_rounding`` ``formats.e2m1_stochastic_round(v, bytes)`` using
+       the caller's bytes (uint8, one per element, shaped like the unpacked data:
+       ``(M, K)`` rowwise, ``(K, M)`` columnwise).
+
+    4over6: ``s4, s6 = nvfp4_4over6_block_scales(b, S_enc)``; each candidate is
+    encoded with RN as in 4-5; its error is accumulated per block in fp32 in
+    element order (see ``_4over6_error``); with ``with_2d`` the 16 row errors of a
+    tile are summed in the tree ``(r,r+8) -> (r,r+4) -> (r,r+2) -> (r,r+1)``.
+    Map-to-4 is chosen iff ``err4 < err6``; ties go to map-to-6. With 2D the
+    columnwise choice is made on the transposed tile, so it can differ from the
+    rowwise one.
+
+    Requirements (``ValueError`` otherwise): K % 16 == 0; M % 16 == 0 for
+    columnwise or 2D; RHT needs bf16; 4over6 excludes SR and RHT; row-scaled
+    excludes RHT, 2D and SR; 2D excludes RHT.
+    """
+    err_mode = err_mode.upper()
+    e4m3_max_4over6 = float(e4m3_max_4over6)
+    flags = dict(
+        rowwise=rowwise,
+        columnwise=columnwise,
+        with_2d=with_2d,
+        with_rht=with_rht,
+        stochastic_rounding=stochastic_rounding,
+        use_4over6=use_4over6,
+        e4m3_max_4over6=e4m3_max_4over6,
+        err_mode=err_mode,
+        row_scaled=row_scaled,
+    )
+    _validate(x2d, flags)
+    m, k = x2d.shape
+    _check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
+    _check_random_bytes(
+        "random_bytes_columnwise", random_bytes_columnwise, (k, m), stochastic_rounding and columnwise
+    )
+    e4m3_max = e4m3_max_4over6 if use_4over6 else 448.0
+    options = dict(
+        tile_rows=BLOCK if with_2d else 1, use_4over6=use_4over6, e4m3_max=e4m3_max, err_mode=err_mode
+    )
+    row = [None, None, None]
+    if rowwise:
+        source = x2d.to(torch.float32).contiguous()
+        amax = _global_amax(source, per_row=row_scaled)
+        data, scale = _quantize_2d_orientation(source, amax, random_bytes=random_bytes_rowwise, **options)
+        row = [data, _pad_scales(scale), amax]
+    col = [None, None, None]
+    if columnwise:
+        source_t = x2d.t().contiguous()
+        if with_rht:
+            source_t = hadamard_transform_16(source_t, random_sign_mask=random_sign_mask)
+        source_t = source_t.to(torch.float32)
+        amax = _global_amax(source_t, per_row=row_scaled)
+        data, scale = _quantize_2d_orientation(source_t, amax, random_bytes=random_bytes_columnwise, **options)
+        col = [data, _pad_scales(scale), amax]
+    return NVFP4QuantizeResult(*row, *col, e4m3_max=e4m3_max)
+
+
+# -------------------------------------------------------------- dequantize
+def nvfp4_dequantize(
+    data: torch.Tensor,
+    scale_bytes: torch.Tensor,
+    amax: torch.Tensor | float,
+    *,
+    shape: tuple[int, ...] | torch.Size,
+    dtype: torch.dtype,
+    e4m3_max: float = 448.0,
+    transposed: bool = False,
+) -> torch.Tensor:
+    """Decode NVFP4 data to ``dtype`` with TE's dequantize-kernel order.
+
+    ``final_scale = RN(RN(float(s_b) * A) * fl(1/(6*E)))`` per block, then
+    ``x̂ = dtype(RN(e2m1(q) * final_scale))`` (one fp32 RN, then one cast).
+    ``fl(1/(6E))`` is ``1/(6E)`` evaluated in double and rounded once to fp32.
+    Only the valid scale region ``[:rows, :cols/16]`` is read.
+
+    ``shape`` is the logical shape of the original tensor (``M`` = product of
+    leading dims, ``K`` = last dim). Rowwise: ``data`` is ``(M, K/2)``.
+    ``transposed``: ``data`` is columnwise ``(K, M/2)``; it is decoded as
+    ``(K, M)`` and transposed back (an RHT applied before quantization is not
+    undone). ``amax`` is a scalar/``(1,)`` or one value per data row
+    (row-scaled).
+    """
+    if len(shape) == 0:
+        raise ValueError("nvfp4_dequantize: shape must have at least one dim")
+    k = int(shape[-1])
+    m = 1
+    for dim in shape[:-1]:
+        m *= int(dim)
+    rows, cols = (k, m) if transposed else (m, k)
+    if cols % BLOCK != 0 or data.dtype != torch.uint8 or tuple(data.shape) != (rows, cols // 2):
+        raise ValueError(
+            f"nvfp4_dequantize: expected uint8 data of shape {(rows, cols // 2)} (blocks of {BLOCK}) "
+            f"for shape {tuple(shape)} (transposed={transposed}), got {data.dtype} {tuple(data.shape)}"
+        )
+    n_blocks = cols // BLOCK
+    if scale_bytes.dtype != torch.uint8 or scale_bytes.shape[0] < rows or scale_bytes.shape[1] < n_blocks:
+        raise ValueError(
+            f"nvfp4_dequantize: expected uint8 scales covering {(rows, n_blocks)}, "
+            f"got {scale_bytes.dtype} {tuple(scale_bytes.shape)}"
+        )
+    s_b = E4M3.to_fp32(scale_bytes[:rows, :n_blocks].contiguous())
+    a = torch.as_tensor(amax, dtype=torch.float32, device=data.device).reshape(-1, 1)
+    if a.shape[0] not in (1, rows):
+        raise ValueError(f"nvfp4_dequantize: amax must hold 1 or {rows} values, got {a.numel()}")
+    final_scale = (s_b * a) * _f32(1.0 / (6.0 * e4m3_max), s_b)
+    values = e2m1_to_fp32(unpack_e2m1(data)).view(rows, n_blocks, BLOCK) * final_scale[..., None]
+    values = values.view(rows, cols)
+    if transposed:
+        values = values.t()
+    return values.to(dtype).reshape(shape)
+
+
+# ----------------------------------------------------------------- swizzle
+def _check_swizzle_shape(scales: torch.Tensor, name: str) -> None:
+    if scales.ndim != 2 or scales.shape[0] % 128 != 0 or scales.shape[1] % 4 != 0:
+        raise ValueError(f"{name}: expected a 2D scale tensor padded to (128k, 4j), got {tuple(scales.shape)}")
+
+
+def swizzle_block_scales(scales: torch.Tensor) -> torch.Tensor:
+    """cuBLAS 128x4 block-scale swizzle (§3.3), returned with the same ``(R, C)`` shape.
+
+    ``S[128*rb + 32*i + j, 4*cb + l]`` goes to linear offset
+    ``((rb*(C/4) + cb)*32 + j)*16 + 4*i + l``: reshape to ``(R/128, 4, 32, C/4, 4)``,
+    permute ``(0, 3, 2, 1, 4)``, flatten. NVFP4 columnwise scales are already
+    stored transposed, so the same swizzle applies to them.
+    """
+    _check_swizzle_shape(scales, "swizzle_block_scales")
+    r, c = scales.shape
+    tiles = scales.reshape(r // 128, 4, 32, c // 4, 4).permute(0, 3, 2, 1, 4)
+    return tiles.reshape(r, c)
+
+
+def unswizzle_block_scales(swizzled: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`swizzle_block_scales`."""
+    _check_swizzle_shape(swizzled, "unswizzle_block_scales")
+    r, c = swizzled.shape
+    tiles = swizzled.reshape(r // 128, c // 4, 32, 4, 4).permute(0, 3, 2, 1, 4)
+    return tiles.reshape(r, c)
+
+
+# -------------------------------------------------------------------- GEMM
+def nvfp4_gemm_reference(
+    a_data: torch.Tensor,
+    a_scale: torch.Tensor,
+    a_amax: torch.Tensor,
+    b_data: torch.Tensor,
+    b_scale: torch.Tensor,
+    b_amax: torch.Tensor,
+    *,
+    out_dtype: torch.dtype = torch.float32,
+    a_e4m3_max: float = 448.0,
+    b_e4m3_max: float = 448.0,
+) -> torch.Tensor:
+    """Emulated NVFP4 GEMM ``y = Â @ B̂ᵀ`` (§4), both operands blocked along the contraction dim K.
+
+    ``a_data`` ``(M, K/2)`` and ``b_data`` ``(N, K/2)`` with compact-or-padded
+    scales and amax ``(1,)`` or per row (``(M,)`` / ``(N,)``). Fixed order:
+
+    1. for each 16-block ``k`` in ascending order:
+       ``p = e2m1(qa_k) @ e2m1(qb_k)ᵀ`` (exact: products are multiples of 1/4,
+       ``|p| <= 576``), ``y = RN(y + RN(RN(sa_k ⊗ sb_k) * p))``, starting at ``y = 0``;
+    2. ``alpha = RN(RN(A_a ⊗ A_b) * fl(1/(36 * E_a * E_b)))`` and ``y = RN(alpha * y)``;
+    3. one cast to ``out_dtype``.
+    """
+    m, n = a_data.shape[0], b_data.shape[0]
+    k = a_data.shape[1] * 2
+    if b_data.shape[1] * 2 != k or k % BLOCK != 0:
+        raise ValueError(
+            f"nvfp4_gemm_reference: operands must share K (a multiple of {BLOCK}), "
+            f"got a {tuple(a_data.shape)} and b {tuple(b_data.shape)} packed"
+        )
+    n_blocks = k // BLOCK
+    qa = e2m1_to_fp32(unpack_e2m1(a_data)).double()
+    qb = e2m1_to_fp32(unpack_e2m1(b_data)).double()
+    sa = E4M3.to_fp32(a_scale[:m, :n_blocks].contiguous())
+    sb = E4M3.to_fp32(b_scale[:n, :n_blocks].contiguous())
+    y = torch.zeros(m, n, dtype=torch.float32, device=a_data.device)
+    for blk in range(n_blocks):
+        cols = slice(blk * BLOCK, (blk + 1) * BLOCK)
+        partial = (qa[:, cols] @ qb[:, cols].t()).to(torch.float32)
+        y = y + (sa[:, blk, None] * sb[None, :, blk]) * partial
+    amax_product = a_amax.to(torch.float32).reshape(-1, 1) * b_amax.to(torch.float32).reshape(1, -1)
+    alpha = amax_product * _f32(1.0 / (36.0 * a_e4m3_max * b_e4m3_max), y)
+    return (alpha * y).to(out_dtype)

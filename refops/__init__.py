@@ -1,12 +1,55 @@
 """refops: a readable reference for fused-operation pipelines and low-precision recipes.
 
-``import refops as te`` reads like TransformerEngine code: ``te.ops.Linear(...)``.
+``import refops as te`` reads like TransformerEngine code: ``te.ops.Linear(...)``,
+``te.autocast(recipe=...)``, ``te.quantized_model_init(...)``.
 """
 
-from . import ops
+from . import ops, recipe
 from .kernels import use_backend
+from .quantization import (
+    DType,
+    Float8BlockQuantizer,
+    Float8BlockwiseQTensor,
+    Float8CurrentScalingQuantizer,
+    Float8Quantizer,
+    Float8Tensor,
+    MXFP8Quantizer,
+    MXFP8Tensor,
+    QuantizedTensor,
+    Quantizer,
+    QuantizerRole,
+)
+from .quantization.state import (
+    autocast,
+    fp8_autocast,
+    fp8_model_init,
+    get_default_recipe,
+    quantized_model_init,
+)
 from .trace import trace
 
 __version__ = "0.1.0"
 
-__all__ = ["ops", "trace", "use_backend", "__version__"]
+__all__ = [
+    "DType",
+    "Float8BlockQuantizer",
+    "Float8BlockwiseQTensor",
+    "Float8CurrentScalingQuantizer",
+    "Float8Quantizer",
+    "Float8Tensor",
+    "MXFP8Quantizer",
+    "MXFP8Tensor",
+    "QuantizedTensor",
+    "Quantizer",
+    "QuantizerRole",
+    "autocast",
+    "fp8_autocast",
+    "fp8_model_init",
+    "get_default_recipe",
+    "ops",
+    "quantized_model_init",
+    "recipe",
+    "trace",
+    "use_backend",
+    "__version__",
+]

@@ -104,3 +104,102 @@ class trace:
     def render_text(self) -> str:
         """One line per event, numbered."""
         return "\n".join(f"{i:3d}. {e}" for i, e in enumerate(self.events, 1))
+
+    #: Words a Mermaid sequence diagram reserves, and the ids of the renderer's own participants.
+    _MERMAID_KEYWORDS = frozenset({
+        "end", "participant", "actor", "as", "loop", "alt", "else", "opt", "par", "and", "rect", "critical",
+        "break", "note", "over", "box", "create", "destroy", "activate", "deactivate", "autonumber", "title",
+        "links", "link", "properties", "details", "user", "fuser", "autograd",
+    })
+    #: Punctuation allowed in labels: nothing Mermaid reads as syntax (no ``;``, ``#``, angle brackets, braces).
+    _MERMAID_SAFE_PUNCTUATION = " _.,()[]=+-/:"
+
+    def render_mermaid(self) -> str:
+        """The events as a Mermaid ``sequenceDiagram``, one arrow per event.
+
+        The participants are ``User``, ``Fuser`` (the ``OperationFuser``), every op
+        that appears in the events (one lifeline per op class, since events name
+        ops by class), and ``Autograd``. A fusion plan also gets a note over the
+        fuser listing the forward and backward op lists. Participant ids are
+        valid Mermaid identifiers and labels contain no Mermaid syntax, so the
+        output renders as is, for example with ``sphinxcontrib-mermaid``.
+
+        Returns:
+            The diagram source, one statement per line.
+
+        Raises:
+            ValueError: an event's kind is not one of :data:`EVENT_KINDS`.
+        """
+        arrows = [self._mermaid_arrow(event) for event in self.events]
+        ids = {"User": "User", "Fuser": "Fuser", "Autograd": "Autograd"}
+        lines = ["sequenceDiagram", "    participant User", "    participant Fuser as OperationFuser"]
+        for sender, receiver, _, _ in arrows:
+            for name in (sender, receiver):
+                if name not in ids:  # an op, named "op:<class name>"
+                    op = name.removeprefix("op:")
+                    ids[name] = self._mermaid_id(op, taken=set(ids.values()))
+                    shown = self._mermaid_text(op)
+                    alias = "" if ids[name] == op or not shown else f" as {shown}"
+                    lines.append(f"    participant {ids[name]}{alias}")
+        lines.append("    participant Autograd")
+        for sender, receiver, label, note in arrows:
+            lines.append(f"    {ids[sender]}->>{ids[receiver]}: {self._mermaid_text(label)}")
+            if note is not None:
+                lines.append(f"    Note over {ids[receiver]}: {self._mermaid_text(note)}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def _mermaid_arrow(event: Event) -> tuple[str, str, str, str | None]:
+        """``(sender, receiver, label, note)`` for one event.
+
+        Senders and receivers are ``"User"``, ``"Fuser"``, ``"Autograd"`` or ``"op:<class name>"``.
+        """
+        if event.kind not in EVENT_KINDS:
+            raise ValueError(f"cannot render trace event kind {event.kind!r}; known kinds: {sorted(EVENT_KINDS)}")
+        d = event.details
+        owner, _, member = event.subject.partition(".")
+        owner = f"op:{owner}"
+        dtype = str(d.get("dtype", "")).removeprefix("torch.")
+        if event.kind == "construct":
+            deferred = ", deferred" if d.get("deferred") else ""
+            return "User", owner, f"construct on {d.get('device')} ({dtype}{deferred})", None
+        if event.kind == "recipe_state":
+            return "Fuser", owner, f"reset_recipe_state({d.get('recipe')})", None
+        if event.kind == "first_forward_hook":
+            return "Fuser", owner, "pre_first_fuser_forward()", None
+        if event.kind == "materialize":
+            identity = "same object" if d.get("kept_identity") else "new object"
+            return owner, owner, f"materialize {member} on {d.get('device')} ({dtype}, {identity})", None
+        if event.kind == "alias_sync":
+            return owner, owner, f"re-sync alias {member} to {d.get('target')}", None
+        if event.kind == "cache_refresh":
+            return "Fuser", "Fuser", f"refresh parameter cache ({d.get('reason')}, {d.get('num_params')} params)", None
+        if event.kind == "backward_selection":
+            return "Fuser", "Fuser", f"first op requiring backward = {d.get('first_op_requiring_backward')}", None
+        if event.kind == "fusion_plan":
+            plan = f"forward [{', '.join(d.get('forward', []))}], backward [{', '.join(d.get('backward', []))}]"
+            return "Fuser", "Fuser", "apply fusions", plan
+        if event.kind == "forward_op":
+            return "Fuser", owner, f"forward (basic ops {_fmt(d.get('basic_ops', []))})", None
+        if event.kind == "backward_op":
+            return "Autograd", owner, f"backward (basic ops {_fmt(d.get('basic_ops', []))})", None
+        if event.kind == "scale_update":
+            return "Fuser", "Fuser", f"update scales, {event.subject}, {d.get('states')} states", None
+        extra = ", ".join(f"{k}={_fmt(v)}" for k, v in d.items())
+        return "User", owner, f"{event.kind} {event.subject}" + (f" ({extra})" if extra else ""), None
+
+    @staticmethod
+    def _mermaid_id(name: str, taken: set[str]) -> str:
+        """A Mermaid identifier for ``name``: ASCII word characters, not a keyword, not taken."""
+        ident = "".join(c if (c.isascii() and c.isalnum()) or c == "_" else "_" for c in name) or "op"
+        if ident[0].isdigit() or ident.lower() in trace._MERMAID_KEYWORDS:
+            ident = f"op_{ident}"
+        while ident in taken:
+            ident += "_"
+        return ident
+
+    @staticmethod
+    def _mermaid_text(text: str) -> str:
+        """``text`` with every character that Mermaid could read as syntax replaced by a space."""
+        safe = trace._MERMAID_SAFE_PUNCTUATION
+        return "".join(c if (c.isascii() and c.isalnum()) or c in safe else " " for c in text).strip()

@@ -80,6 +80,181 @@ class KernelBackend:
 
         ``op(t)`` is ``t.T`` when the matching ``trans_*`` flag is set. ``a`` and ``b``
         are 2-D. When ``out`` is given the result is written into it and returned.
+
+        Either operand may be a ``refops.quantization.QuantizedTensor``. It is
+        dequantized (exactly, to fp32) from the usage blocked along the dim the GEMM
+        contracts: ``op(a) = a`` contracts a's last dim -> row-wise; ``trans_a``
+        contracts a's first dim -> column-wise; ``op(b) = b.T`` (``trans_b``) ->
+        row-wise; ``op(b) = b`` -> column-wise. Then the fp32 GEMM runs as above.
+        A missing usage is an error.
+        """
+        raise NotImplementedError
+
+    # ---------------------------------------------------------- quantization
+    # recipes-numerics.md is the specification; every byte is reproducible from
+    # these arguments (plain tensors and scalars). ``fp8_dtype`` is
+    # ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``; quantized data is returned
+    # as uint8 bytes. Quantize methods return ``(rowwise_data, rowwise_scale_inv,
+    # columnwise_data, columnwise_scale_inv)`` with None for a usage not asked for.
+    def amax(self, x: torch.Tensor) -> torch.Tensor:
+        """``max |x|`` over all elements as fp32 shape (1,): exact, NaNs skipped, empty gives 0."""
+        raise NotImplementedError
+
+    def compute_scale_from_amax(
+        self,
+        amax: torch.Tensor,
+        *,
+        fmax: float,
+        force_pow_2_scales: bool,
+        amax_epsilon: float,
+        value_for_inf: float,
+    ) -> torch.Tensor:
+        """Element-wise fp32 scale from amax (TE ``compute_scale_from_amax``, numerics §0.3).
+
+        ``a = eps`` if ``a < eps``; ``a`` in {0, inf, NaN} gives 1; else
+        ``s = RN(fmax / a)``, ``+inf`` becomes ``value_for_inf``; with pow2 the
+        mantissa bits are zeroed (``bits & 0xFF800000``, rounds down).
+        """
+        raise NotImplementedError
+
+    def quantize_float8(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor,
+        *,
+        fp8_dtype: torch.dtype,
+        rowwise: bool,
+        columnwise: bool,
+        amax_accumulator: torch.Tensor | None = None,
+    ) -> tuple[Any, ...]:
+        """Per-tensor cast ``q = Q_F(RN(x * scale))`` (saturating RNE), ``scale_inv = RN(1/scale)``.
+
+        ``scale``: fp32, one element. Row-wise data has ``x``'s shape; column-wise data
+        is the transpose of the same bytes, shape ``(K, *lead)``; both share the (1,)
+        ``scale_inv``. ``amax_accumulator`` (fp32, one element) becomes
+        ``fmax(itself, amax(x))`` in place (delayed-scaling amax recording).
+        """
+        raise NotImplementedError
+
+    def dequantize_float8(
+        self, data: torch.Tensor, scale_inv: torch.Tensor, *, fp8_dtype: torch.dtype, out_dtype: torch.dtype
+    ) -> torch.Tensor:
+        """``RN(float(q) * scale_inv)`` in fp32, rounded once to ``out_dtype``; ``data``'s shape."""
+        raise NotImplementedError
+
+    def quantize_mxfp8(
+        self,
+        x: torch.Tensor,
+        *,
+        fp8_dtype: torch.dtype,
+        rowwise: bool,
+        columnwise: bool,
+        with_2d_quantization: bool = False,
+    ) -> tuple[Any, ...]:
+        """MXFP8 (numerics §2.3): per 1x32 (row-wise) / 32x1 (column-wise) block, or 32x32 tile if 2D.
+
+        ``e = e8m0_round_up(RN(amax * fl(1/fmax)))``, ``q = Q_F(x * 2^(127-e))``.
+        Needs ``M % 32 == 0`` and ``K % 32 == 0``. Data keeps ``x``'s shape in both
+        usages (not transposed). uint8 scales, zero padding: row-wise
+        ``(round_up(M,128), round_up(K/32,4))`` ``[m, k/32]``; column-wise
+        ``(round_up(M/32,4), round_up(K,128))`` ``[m/32, k]``.
+        """
+        raise NotImplementedError
+
+    def dequantize_mxfp8(
+        self,
+        data: torch.Tensor,
+        scale_inv: torch.Tensor,
+        *,
+        fp8_dtype: torch.dtype,
+        columnwise: bool,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """``float(q) * 2^(e-127)`` in fp32, rounded once to ``out_dtype``; ``data``'s shape."""
+        raise NotImplementedError
+
+    def quantize_float8_block(
+        self,
+        x: torch.Tensor,
+        *,
+        fp8_dtype: torch.dtype,
+        rowwise: bool,
+        columnwise: bool,
+        block_scaling_dim: int,
+        force_pow_2_scales: bool,
+        amax_epsilon: float,
+    ) -> tuple[Any, ...]:
+        """FP8 block scaling (numerics §2.4): 1x128 blocks (dim 1) or 128x128 tiles (dim 2).
+
+        Per block: ``s = compute_scale_from_amax(amax, fmax, pow2, eps,
+        value_for_inf = finfo(x.dtype).max)``, ``q = Q_F(RN(x * s))``,
+        ``scale_inv = RN(1/s)``. Column-wise data is transposed, ``(K, *lead)``.
+        fp32 GEMM-ready scales, zero padding: 1D row-wise ``(ceil(K/128),
+        round_up(M,4))`` ``[k/128, m]``; 1D column-wise ``(ceil(M/128), round_up(K,4))``
+        ``[m/128, k]``; 2D row-wise ``(ceil(M/128), round_up(ceil(K/128),4))``; 2D
+        column-wise = the transposed row-wise bytes and scales.
+        """
+        raise NotImplementedError
+
+    def dequantize_float8_block(
+        self,
+        data: torch.Tensor,
+        scale_inv: torch.Tensor,
+        *,
+        fp8_dtype: torch.dtype,
+        columnwise: bool,
+        block_scaling_dim: int,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """``RN(float(q) * scale_inv_block)`` in fp32, rounded once to ``out_dtype``; ``data``'s shape.
+
+        ``data`` is row-wise ``(*lead, K)`` or, with ``columnwise``, ``(K, *lead)``.
+        """
+        raise NotImplementedError
+
+    def quantize_nvfp4(
+        self,
+        x: torch.Tensor,
+        *,
+        rowwise: bool,
+        columnwise: bool,
+        with_2d_quantization: bool = False,
+        with_rht: bool = False,
+        with_random_sign_mask: bool = True,
+        stochastic_rounding: bool = False,
+        random_bytes_rowwise: torch.Tensor | None = None,
+        random_bytes_columnwise: torch.Tensor | None = None,
+        use_4over6: bool = False,
+        e4m3_max_4over6: float = 256.0,
+        err_mode: str = "MAE",
+        row_scaled: bool = False,
+    ) -> tuple[Any, ...]:
+        """NVFP4 (numerics §2.5) of 2-D ``x`` ``(M, K)``: ``reference.quant_nvfp4.nvfp4_quantize``.
+
+        Returns ``(rowwise_data, rowwise_scale_inv, rowwise_amax, columnwise_data,
+        columnwise_scale_inv, columnwise_amax)``: packed E2M1 uint8 ``(M, K/2)`` /
+        ``(K, M/2)`` (transposed, RHT applied when ``with_rht``), padded E4M3 scale
+        bytes, fp32 amax ``(1,)`` (per data row if ``row_scaled``). Stochastic
+        rounding consumes the given random bytes (one uint8 per element of
+        ``(M, K)`` / ``(K, M)``), so every byte is reproducible.
+        """
+        raise NotImplementedError
+
+    def dequantize_nvfp4(
+        self,
+        data: torch.Tensor,
+        scale_inv: torch.Tensor,
+        amax: torch.Tensor,
+        *,
+        shape: tuple[int, ...],
+        columnwise: bool,
+        e4m3_max: float,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        """``e2m1(q) * RN(RN(s_b * A) * fl(1/(6*E)))`` in fp32, rounded once; nominal ``shape``.
+
+        ``data`` is ``(M, K/2)``, or ``(K, M/2)`` with ``columnwise`` (transposed back;
+        an RHT is not undone).
         """
         raise NotImplementedError
 

@@ -11,7 +11,16 @@ from typing import Optional
 
 import torch
 
-__all__ = ["autocast_dtype", "compute_dtype", "check_tensor", "to_compute_dtype", "SUPPORTED_COMPUTE_DTYPES"]
+from ..quantization.quantized_tensor import QuantizedTensor
+
+__all__ = [
+    "autocast_dtype",
+    "compute_dtype",
+    "check_tensor",
+    "to_compute_dtype",
+    "maybe_dequantize",
+    "SUPPORTED_COMPUTE_DTYPES",
+]
 
 SUPPORTED_COMPUTE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -69,3 +78,10 @@ def check_tensor(
 def to_compute_dtype(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Cast for torch.autocast (already validated by :func:`check_tensor`)."""
     return tensor if tensor.dtype == dtype else tensor.to(dtype)
+
+
+def maybe_dequantize(tensor: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A plain tensor in ``dtype``: quantized tensors are dequantized, others cast (autocast) or kept."""
+    if isinstance(tensor, QuantizedTensor):
+        return tensor.dequantize(dtype=dtype)
+    return to_compute_dtype(tensor, dtype)

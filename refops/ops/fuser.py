@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from .. import trace
+from ..quantization.state import backward_update_callback, claim_first_module, get_autocast_recipe
 from .channels import resolve_channels
 from .fuser_autograd import FuserAutogradFunction
 from .op import BasicOperation, FusibleOperation
@@ -38,11 +39,6 @@ __all__ = [
 ]
 
 FusionFunction = Callable[..., list[FusibleOperation]]
-
-
-def _current_recipe() -> Any:
-    """The recipe of the active ``refops.autocast``, or None (set by the recipes layer)."""
-    return OperationFuser.recipe_provider() if OperationFuser.recipe_provider is not None else None
 
 
 class OperationFuser:
@@ -58,9 +54,6 @@ class OperationFuser:
     forward_backward_fusion_functions: list[FusionFunction] = []
     forward_fusion_functions: list[FusionFunction] = []
     backward_fusion_functions: list[FusionFunction] = []
-
-    #: Returns the active recipe; installed by :mod:`refops.quantization` (None: no recipes).
-    recipe_provider: Optional[Callable[[], Any]] = None
 
     def __init__(self, ops: Iterable[FusibleOperation]) -> None:
         self._ops: list[FusibleOperation] = list(ops)
@@ -107,7 +100,10 @@ class OperationFuser:
 
         Runs on *top-level* ops so that a container (``Linear``) materializes its
         basic ops and then re-syncs its aliases; each basic op is visited once.
+        Every op is checked first, so a failure leaves nothing half-materialized.
         """
+        for op in self._ops:
+            op._check_can_materialize()
         for op in self._ops:
             trace.record("first_forward_hook", type(op).__name__)
             op.pre_first_fuser_forward()
@@ -251,7 +247,7 @@ class OperationFuser:
             slots[i][s] = tensor
 
         is_grad_enabled = torch.is_grad_enabled()
-        self.prepare_for_forward(_current_recipe(), input, slots)
+        self.prepare_for_forward(get_autocast_recipe(), input, slots)
         for idx, op in enumerate(self._basic_ops):
             op.pre_fuser_forward(requires_grad=idx >= self.first_op_requiring_backward)
 
@@ -261,7 +257,14 @@ class OperationFuser:
         return FuserAutogradFunction.forward(None, *args)
 
     def _end_of_backward_hook(self) -> Optional[Callable[[], None]]:
-        """What must run once this fuser's backward ends (installed by the recipes layer)."""
+        """What must run once this fuser's backward ends.
+
+        The first fuser that runs forward inside an ``autocast`` (and needs
+        backward) is the last to run backward: it runs the backward
+        delayed-scaling update.
+        """
+        if self.first_op_requiring_backward < self._num_basic_ops and claim_first_module():
+            return backward_update_callback()
         return None
 
 

@@ -14,8 +14,15 @@ from typing import Any, Iterable, Optional
 
 import torch
 
+from ..quantization.quantized_tensor import QuantizedTensor
 from .extra_state import decode_extra_state, encode_extra_state
-from .parameter_lifecycle import ParameterLifecycle
+from .parameter_lifecycle import ParameterLifecycle, fill_parameter_in_place
+from .quantized_checkpoint import (
+    decode_quantized_parameter,
+    encode_quantized_parameter,
+    is_encoded_quantized_parameter,
+)
+from .recipe_hooks import QuantizationHooks
 
 __all__ = ["OperationContext", "FusibleOperation", "BasicOperation", "FusedOperation"]
 
@@ -48,6 +55,9 @@ class FusibleOperation(torch.nn.Module, metaclass=abc.ABCMeta):
 
     def pre_first_fuser_forward(self) -> None:
         """Called once, on the first forward of a fuser, before parameters are cached."""
+
+    def _check_can_materialize(self) -> None:
+        """Raise (before anything is materialized) if this op's parameters could not be materialized."""
 
     def pre_fuser_forward(self, *, requires_grad: bool) -> None:
         """Called on every forward, after fusion, with whether this op needs backward."""
@@ -91,7 +101,7 @@ class FusibleOperation(torch.nn.Module, metaclass=abc.ABCMeta):
         """Containers re-point their aliases at their basic ops' parameters (no-op by default)."""
 
 
-class BasicOperation(FusibleOperation, ParameterLifecycle):
+class BasicOperation(QuantizationHooks, ParameterLifecycle, FusibleOperation):
     """A single operation that owns its parameters and quantization state.
 
     Subclasses implement :meth:`op_forward` and :meth:`op_backward`, or override
@@ -109,8 +119,8 @@ class BasicOperation(FusibleOperation, ParameterLifecycle):
         self._extra_output_channels: list[Optional[str]] = [None] * self.num_extra_outputs
         self._extra_output_to_caller: list[bool] = [True] * self.num_extra_outputs
         self._extra_tensor_channels_locked = False
-        self._fp8_metas: Optional[dict[str, Any]] = None
-        self._quantizers: Optional[dict[str, list[Any]]] = None
+        self._recipe_states = None
+        self._quantizers = None
 
     @property
     def is_fused_op(self) -> bool:
@@ -120,37 +130,6 @@ class BasicOperation(FusibleOperation, ParameterLifecycle):
     def pre_first_fuser_forward(self) -> None:
         """Materialize parameters still on meta (see :mod:`refops.ops.parameter_lifecycle`)."""
         self.materialize_meta_parameters()
-
-    # ------------------------------------------------------------ quantizers
-    def num_quantizers(self, mode: str) -> int:
-        """Number of quantizer slots in ``mode`` ("forward" or "backward")."""
-        return 0
-
-    def get_quantizer_roles(self, mode: str) -> Optional[list[Any]]:
-        """One role per quantizer slot, or None."""
-        return None
-
-    def get_quantizer(self, mode: str, index: int) -> Any:
-        if self._quantizers is None:
-            return None
-        return self._quantizers[mode][index]
-
-    def get_input_quantizer(self) -> Any:
-        return self.get_quantizer("forward", 0) if self.num_quantizers("forward") > 0 else None
-
-    def get_grad_output_quantizer(self) -> Any:
-        return self.get_quantizer("backward", 0) if self.num_quantizers("backward") > 0 else None
-
-    def reset_recipe_state(self, *, recipe: Any) -> None:
-        """Build (or keep) this op's recipe state and quantizers for ``recipe``.
-
-        With ``recipe=None`` every quantizer is dropped.
-        """
-        if recipe is None:
-            self._fp8_metas = None
-            self._quantizers = None
-            return
-        raise NotImplementedError("quantization recipes arrive with refops.quantization")
 
     # ---------------------------------------------------------------- compute
     @abc.abstractmethod
@@ -248,12 +227,11 @@ class BasicOperation(FusibleOperation, ParameterLifecycle):
 
     # ------------------------------------------------------------ checkpoints
     def _extra_state_dict(self) -> dict[str, Any]:
-        """The op's non-parameter state to checkpoint (recipe state); empty by default."""
-        return {}
+        """The op's non-parameter state to checkpoint: its recipe state (delayed scaling only)."""
+        return self._recipe_extra_state()
 
     def _load_extra_state_dict(self, state: dict[str, Any]) -> None:
-        if state:
-            raise ValueError(f"{type(self).__name__}: unexpected extra state keys {sorted(state)}")
+        self._load_recipe_extra_state(state)
 
     def get_extra_state(self) -> torch.Tensor:
         """Recipe state as one uint8 tensor, never pickled (see :mod:`refops.ops.extra_state`)."""
@@ -263,6 +241,15 @@ class BasicOperation(FusibleOperation, ParameterLifecycle):
         """Inverse of :meth:`get_extra_state`; idempotent."""
         self._load_extra_state_dict(decode_extra_state(state))
 
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if keep_vars:
+            return
+        for name, param in self._parameters.items():
+            if isinstance(param, QuantizedTensor):
+                destination[prefix + name] = encode_quantized_parameter(param)
+
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
     ):
@@ -271,29 +258,52 @@ class BasicOperation(FusibleOperation, ParameterLifecycle):
         Extra state is applied before parameters (loading into a quantized
         parameter needs the loaded scales). A meta parameter receiving a real
         tensor without ``assign=True`` is materialized from the checkpoint instead
-        of silently staying on meta.
+        of silently staying on meta. Encoded quantized parameters are rebuilt bit
+        for bit and placed into the existing parameter objects.
         """
         own = {n: p for n, p in self._parameters.items() if p is not None and prefix + n in state_dict}
-        mismatched = [n for n, p in own.items() if tuple(state_dict[prefix + n].shape) != tuple(p.shape)]
+        quantized = {
+            n: decode_quantized_parameter(state_dict[prefix + n], device=self._checkpoint_target_device(p))
+            for n, p in own.items()
+            if is_encoded_quantized_parameter(state_dict[prefix + n])
+        }
+        shapes = {n: tuple(quantized[n].shape if n in quantized else state_dict[prefix + n].shape) for n in own}
+        mismatched = [n for n, p in own.items() if shapes[n] != tuple(p.shape)]
         if mismatched:
             for n in mismatched:
                 error_msgs.append(
                     f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}' expects shape "
-                    f"{tuple(own[n].shape)} but the checkpoint has {tuple(state_dict[prefix + n].shape)}; "
-                    "nothing of this op was loaded"
+                    f"{tuple(own[n].shape)} but the checkpoint has {shapes[n]}; nothing of this op was loaded"
                 )
             return
         extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
         assign = local_metadata.get("assign_to_params_buffers", False)
+        for name, value in quantized.items():
+            self._load_quantized_parameter(name, value, assign=assign)
+            del state_dict[prefix + name]
         if not assign:
             self._materialize_from_checkpoint(
-                {n: state_dict[prefix + n] for n, p in own.items() if p.is_meta and not state_dict[prefix + n].is_meta}
+                {n: state_dict[prefix + n] for n, p in own.items()
+                 if n not in quantized and p.is_meta and not state_dict[prefix + n].is_meta}
             )
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
+        for name in quantized:
+            if prefix + name in missing_keys:
+                missing_keys.remove(prefix + name)
+
+    def _checkpoint_target_device(self, param: torch.Tensor) -> torch.device:
+        return self.materialization_device() if param.is_meta else param.device
+
+    def _load_quantized_parameter(self, name: str, value: QuantizedTensor, *, assign: bool) -> None:
+        param = self._parameters[name]
+        if assign:
+            setattr(self, name, torch.nn.Parameter(value, requires_grad=param.requires_grad))
+        elif not fill_parameter_in_place(param, value):
+            self._place_parameter_value(name, value)
 
     def _materialize_from_checkpoint(self, values: dict[str, torch.Tensor]) -> None:
         if not values:
@@ -333,6 +343,10 @@ class FusedOperation(FusibleOperation):
 
     def get_grad_output_quantizer(self) -> Any:
         return self.basic_ops[-1].get_grad_output_quantizer()
+
+    def _check_can_materialize(self) -> None:
+        for op in self.basic_ops:
+            op._check_can_materialize()
 
     def pre_first_fuser_forward(self) -> None:
         """Materialize the basic ops, then re-sync any aliases."""

@@ -106,6 +106,9 @@ class ParameterLifecycle(torch.nn.Module):
                 return p.dtype
         return None
 
+    def _check_can_materialize(self) -> None:
+        """Raise before anything is materialized if a parameter could not be (quantized weights)."""
+
     def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
         """Write the initial values of parameter ``name`` into ``tensor`` (in place)."""
         raise NotImplementedError(f"{type(self).__name__} owns parameters but does not define init_parameter")
@@ -151,6 +154,8 @@ class ParameterLifecycle(torch.nn.Module):
 
     def _initialize_parameters(self, names: Iterable[str], meta_target: torch.device | None) -> None:
         """The single code path that gives parameters values (materialization and reset)."""
+        self._check_can_materialize()
+        inference = torch.is_inference_mode_enabled()
         for name in names:
             param = self._parameters[name]
             device = meta_target if param.is_meta else param.device
@@ -159,7 +164,7 @@ class ParameterLifecycle(torch.nn.Module):
             with torch.inference_mode(False), torch.no_grad():
                 value = torch.empty(param.shape, dtype=param.dtype, device=device)
                 self.init_parameter(name, value)
-                value = self._finalize_parameter_value(name, value)
+                value = self._finalize_parameter_value(name, value, inference=inference)
                 self._place_parameter_value(name, value)
             trace.record(
                 "materialize",
@@ -169,8 +174,9 @@ class ParameterLifecycle(torch.nn.Module):
                 kept_identity=self._parameters[name] is param,
             )
 
-    def _finalize_parameter_value(self, name: str, value: torch.Tensor) -> torch.Tensor:
-        """Hook between initialization and placement (the recipes quantize weights here)."""
+    def _finalize_parameter_value(self, name: str, value: torch.Tensor, *, inference: bool) -> torch.Tensor:
+        """Hook between initialization and placement (weights built under quantized_model_init are
+        quantized here; ``inference`` tells whether the caller is in inference mode)."""
         return value
 
     def _place_parameter_value(self, name: str, value: torch.Tensor) -> None:

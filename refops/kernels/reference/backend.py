@@ -9,7 +9,9 @@ import torch
 from ..interface import KernelBackend
 from . import activations as act
 from . import norms
+from . import quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
 from .gemm import gemm_fp32
+from .gemm_operands import dequantize_gemm_operands
 
 __all__ = ["ReferenceKernels"]
 
@@ -37,6 +39,7 @@ class ReferenceKernels(KernelBackend):
         out: torch.Tensor | None = None,
         accumulate: bool = False,
     ) -> torch.Tensor:
+        a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)
         a2 = a.t() if trans_a else a
         b2 = b.t() if trans_b else b
         result = gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate)
@@ -44,6 +47,100 @@ class ReferenceKernels(KernelBackend):
             out.copy_(result.to(out.dtype))
             return out
         return result.to(out_dtype)
+
+    # ---------------------------------------------------------- quantization
+    def amax(self, x):
+        return quant_float8.amax(x)
+
+    def compute_scale_from_amax(self, amax, *, fmax, force_pow_2_scales, amax_epsilon, value_for_inf):
+        return quant_float8.compute_scale_from_amax(
+            amax,
+            fmax=fmax,
+            force_pow_2_scales=force_pow_2_scales,
+            amax_epsilon=amax_epsilon,
+            value_for_inf=value_for_inf,
+        )
+
+    def quantize_float8(self, x, scale, *, fp8_dtype, rowwise, columnwise, amax_accumulator=None):
+        return quant_float8.quantize_float8(
+            x, scale, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise, amax_accumulator=amax_accumulator
+        )
+
+    def dequantize_float8(self, data, scale_inv, *, fp8_dtype, out_dtype):
+        return quant_float8.dequantize_float8(data, scale_inv, fp8_dtype=fp8_dtype, out_dtype=out_dtype)
+
+    def quantize_mxfp8(self, x, *, fp8_dtype, rowwise, columnwise, with_2d_quantization=False):
+        return quant_mxfp8.quantize_mxfp8(
+            x, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise, with_2d_quantization=with_2d_quantization
+        )
+
+    def dequantize_mxfp8(self, data, scale_inv, *, fp8_dtype, columnwise, out_dtype):
+        return quant_mxfp8.dequantize_mxfp8(
+            data, scale_inv, fp8_dtype=fp8_dtype, columnwise=columnwise, out_dtype=out_dtype
+        )
+
+    def quantize_float8_block(
+        self, x, *, fp8_dtype, rowwise, columnwise, block_scaling_dim, force_pow_2_scales, amax_epsilon
+    ):
+        return quant_float8_block.quantize_float8_block(
+            x,
+            fp8_dtype=fp8_dtype,
+            rowwise=rowwise,
+            columnwise=columnwise,
+            block_scaling_dim=block_scaling_dim,
+            force_pow_2_scales=force_pow_2_scales,
+            amax_epsilon=amax_epsilon,
+        )
+
+    def dequantize_float8_block(self, data, scale_inv, *, fp8_dtype, columnwise, block_scaling_dim, out_dtype):
+        return quant_float8_block.dequantize_float8_block(
+            data,
+            scale_inv,
+            fp8_dtype=fp8_dtype,
+            columnwise=columnwise,
+            block_scaling_dim=block_scaling_dim,
+            out_dtype=out_dtype,
+        )
+
+    def quantize_nvfp4(
+        self,
+        x,
+        *,
+        rowwise,
+        columnwise,
+        with_2d_quantization=False,
+        with_rht=False,
+        with_random_sign_mask=True,
+        stochastic_rounding=False,
+        random_bytes_rowwise=None,
+        random_bytes_columnwise=None,
+        use_4over6=False,
+        e4m3_max_4over6=256.0,
+        err_mode="MAE",
+        row_scaled=False,
+    ):
+        r = quant_nvfp4.nvfp4_quantize(
+            x,
+            rowwise=rowwise,
+            columnwise=columnwise,
+            with_2d=with_2d_quantization,
+            with_rht=with_rht,
+            random_sign_mask=with_random_sign_mask,
+            stochastic_rounding=stochastic_rounding,
+            random_bytes_rowwise=random_bytes_rowwise,
+            random_bytes_columnwise=random_bytes_columnwise,
+            use_4over6=use_4over6,
+            e4m3_max_4over6=e4m3_max_4over6,
+            err_mode=err_mode,
+            row_scaled=row_scaled,
+        )
+        return (r.rowwise_data, r.rowwise_scale, r.rowwise_amax, r.columnwise_data, r.columnwise_scale,
+                r.columnwise_amax)
+
+    def dequantize_nvfp4(self, data, scale_inv, amax, *, shape, columnwise, e4m3_max, out_dtype):
+        return quant_nvfp4.nvfp4_dequantize(
+            data, scale_inv, amax, shape=shape, dtype=out_dtype, e4m3_max=e4m3_max, transposed=columnwise
+        )
 
     # ------------------------------------------------------------ element-wise
     def activation_forward(self, x: torch.Tensor, activation: str, **params: Any) -> torch.Tensor:

@@ -18,7 +18,10 @@ from typing import Any, ClassVar
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ...quantization.float8 import Float8CurrentScalingQuantizer
+from ...quantization.quantized_tensor import QuantizedTensor
+from ...quantization.quantizer import DType
+from .._common import check_tensor, compute_dtype, maybe_dequantize
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["GELU", "GEGLU", "GLU", "QGELU", "QGEGLU", "ReLU", "ReGLU", "SReLU", "SReGLU", "SiLU"]
@@ -28,16 +31,23 @@ class _ActivationOperation(BasicOperation):
     """Apply ``act`` to the input; no parameters, no quantizers of its own.
 
     Forward: the compute dtype is the ``torch.autocast`` dtype if active, else
-    the input's dtype (fp32, fp16 or bf16); ``y = act(x)`` in that dtype; ``x``
-    is saved for backward. Backward: ``dx = act'(x) * dy`` (for gated
-    activations, the product rule over both halves), in the compute dtype.
+    the input's dtype (fp32, fp16 or bf16); a quantized input is dequantized to
+    it; ``y = act(x)`` in that dtype. Backward: ``dx = act'(x) * dy`` (for gated
+    activations, the product rule over both halves), in the compute dtype; a
+    quantized ``dy`` is dequantized first.
+
+    Quantized neighbours (the op has no quantizers, it uses theirs): ``y`` leaves
+    quantized by the next op's input quantizer and ``dx`` by the previous op's
+    grad-output quantizer (taken at forward time) when they exist, which is
+    inside ``refops.autocast`` with a quantizing neighbour such as ``Quantize``
+    or ``BasicLinear``. The values are the high-precision result quantized once.
 
     Args:
-        cache_quantized_input: TransformerEngine saves an FP8 (E4M3, current
-            scaling) copy of ``x`` for backward when set. Quantized caching
-            arrives with the recipes work; until then the flag is accepted and
-            stored, and ``x`` is saved in high precision (backward is exact
-            rather than FP8-approximate).
+        cache_quantized_input: save ``x`` for backward as an FP8 E4M3
+            current-scaling, row-wise-only copy (``Float8CurrentScalingQuantizer``)
+            instead of in high precision, and dequantize it in backward. Saves
+            memory at the cost of FP8 error in ``dx`` (as in TransformerEngine,
+            this applies with or without ``autocast``).
     """
 
     #: Name of the activation in the kernel table (``refops.kernels``).
@@ -68,6 +78,10 @@ class _ActivationOperation(BasicOperation):
         return grad
 
     # --------------------------------------------------------------- compute
+    def _grad_input_quantizer(self, prev_op_grad_output_quantizer: Any) -> Any:
+        """The quantizer ``dx`` leaves through (None: high precision)."""
+        return prev_op_grad_output_quantizer
+
     def op_forward(
         self,
         ctx: OperationContext,
@@ -82,23 +96,37 @@ class _ActivationOperation(BasicOperation):
             raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         check_tensor(name, "input", input_, dtype=input_.dtype)
         dtype = compute_dtype(name, input_, input_.dtype)
-        x = to_compute_dtype(input_, dtype).contiguous()
+        x = maybe_dequantize(input_, dtype).contiguous()
         y = current_backend().activation_forward(self._to_kernel_layout(x), self.kernel_activation,
                                                  **self.kernel_params())
+        if next_op_input_quantizer is not None:
+            y = next_op_input_quantizer(y)
         if ctx.requires_grad:
-            ctx.save_for_backward(x)
+            ctx.save_for_backward(cache_quantized(x) if self.cache_quantized_input else x)
             ctx.dtype = dtype
-            ctx.prev_op_grad_output_quantizer = prev_op_grad_output_quantizer
+            ctx.prev_op_grad_output_quantizer = self._grad_input_quantizer(prev_op_grad_output_quantizer)
         return y
 
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor, tuple[()]]:
         (x,) = ctx.saved_tensors
-        dy = to_compute_dtype(grad_output, ctx.dtype).contiguous()
+        x = maybe_dequantize(x, ctx.dtype)
+        dy = maybe_dequantize(grad_output, ctx.dtype).contiguous()
         dx = current_backend().activation_backward(dy, self._to_kernel_layout(x), self.kernel_activation,
                                                    **self.kernel_params())
-        return self._from_kernel_layout(dx), ()
+        dx = self._from_kernel_layout(dx)
+        if ctx.prev_op_grad_output_quantizer is not None:
+            dx = ctx.prev_op_grad_output_quantizer(dx)
+        return dx, ()
+
+
+def cache_quantized(x: torch.Tensor) -> QuantizedTensor:
+    """The copy of ``x`` a ``cache_quantized_input`` activation saves: FP8 E4M3, current scaling, row-wise only."""
+    quantizer = Float8CurrentScalingQuantizer(DType.kFloat8E4M3, x.device)
+    quantizer.set_usage(rowwise=True, columnwise=False)
+    quantizer.internal = True
+    return quantizer(x)
 
 
 class GELU(_ActivationOperation):

@@ -6,6 +6,7 @@ from typing import Any, Iterable, NoReturn, Optional
 
 import torch
 
+from .._common import maybe_dequantize
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["AddExtraInput"]
@@ -44,6 +45,11 @@ class AddExtraInput(BasicOperation):
     buffer: the caller's tensor is overwritten and aliased by the output. This is
     what the ``ForwardLinearBiasAdd`` / ``ForwardLinearScaleAdd`` fusions need.
 
+    Quantized tensors: out of place, both operands are dequantized and ``y`` is
+    high precision. In place into a quantized ``e``, the sum is re-quantized into
+    ``e`` with its own quantizer (so ``y`` carries that quantization error, as in
+    TE). The grads ``dx = de = dy`` are passed on unchanged, quantized or not.
+
     Args:
         in_place: accumulate into the extra input's memory.
     """
@@ -75,11 +81,12 @@ class AddExtraInput(BasicOperation):
             raise TypeError(f"{name}: unexpected forward kwargs {sorted(basic_op_kwargs[0])}")
         (extra,) = basic_op_extra_inputs[0]
         check_same_layout(name, "the extra input", extra, input_, "the input")
+        x = maybe_dequantize(input_, input_.dtype)
         if self._in_place:
             output = extra.detach()
-            output += input_
+            output += x  # a quantized extra input is re-quantized in place
         else:
-            output = extra + input_
+            output = maybe_dequantize(extra, extra.dtype) + x
         return output, [()]
 
     def fuser_backward(

@@ -1,4 +1,4 @@
-"""``BasicLinear``: ``y = x W^T``, the GEMM at the centre of every pipeline."""
+"""``BasicLinear``: ``y = x W^T``, the GEMM at the centre of every pipeline, in high precision or quantized."""
 
 from __future__ import annotations
 
@@ -9,18 +9,39 @@ from typing import Any, Callable, Optional
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ...quantization.float8 import Float8Quantizer
+from ...quantization.quantized_tensor import QuantizedTensor
+from ...quantization.quantizer import QuantizerRole
+from ...quantization.state import get_autocast_recipe
+from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
+from ..quantized_weights import QuantizedWeights
 
 __all__ = ["BasicLinear"]
 
 
-class BasicLinear(BasicOperation):
+def _flatten(t: torch.Tensor, features: int) -> torch.Tensor:
+    """``(rows, features)``; a quantized tensor keeps its leading dims (the GEMM flattens it)."""
+    return t if isinstance(t, QuantizedTensor) else t.reshape(-1, features)
+
+
+class BasicLinear(QuantizedWeights, BasicOperation):
     """``y = x W^T`` over the last dim (any leading shape).
 
     Parameters: ``weight`` of shape ``(out_features, in_features)``, initialized
-    with ``kaiming_uniform_(a=sqrt(5))`` like ``torch.nn.Linear``.
+    with ``kaiming_uniform_(a=sqrt(5))`` like ``torch.nn.Linear``; a
+    ``QuantizedTensor`` if built inside ``refops.quantized_model_init``.
+
+    Quantized compute (inside ``refops.autocast``): the input and the weight are
+    quantized with forward quantizers 0 and 1 (an already quantized input or
+    weight is used as is), the grad-output with backward quantizer 0; the GEMMs
+    read each operand's usage blocked along their contracted dim. Under
+    ``backward_override`` the backward runs in high precision ("high_precision":
+    on the original tensors; "dequantized": on the dequantized forward operands).
+    The output leaves quantized only when the next op's input quantizer is a
+    delayed-scaling ``Float8Quantizer`` (as in TE); for every other quantizer the
+    next op quantizes its own input, with identical bytes (TE raises instead).
 
     Args:
         in_features, out_features: sizes of the input's and output's last dim.
@@ -71,6 +92,7 @@ class BasicLinear(BasicOperation):
         self._rng_state_tracker_function = rng_state_tracker_function
         self._accumulate_into_main_grad = accumulate_into_main_grad
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        self._capture_quantized_model_init()
         self._initialize_or_defer(device)
 
     def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
@@ -82,6 +104,47 @@ class BasicLinear(BasicOperation):
         with fork:
             torch.nn.init.kaiming_uniform_(tensor, a=math.sqrt(5))
 
+    # ------------------------------------------------------------ quantizers
+    def num_quantizers(self, mode: str) -> int:
+        return 2 if mode == "forward" else 1
+
+    def get_quantizer_roles(self, mode: str) -> list[QuantizerRole]:
+        kinds = ("input", "weight") if mode == "forward" else ("grad_output",)
+        return [QuantizerRole(module_type="linear", tensor_type=k, name=getattr(self, "name", "") or "") for k in kinds]
+
+    def _weight_quantizer_slot(self, name: str) -> Optional[int]:
+        return 1 if name == "weight" else None
+
+    def reset_recipe_state(self, *, recipe: Any) -> None:
+        super().reset_recipe_state(recipe=recipe)
+        if recipe is None:
+            return
+        self.get_quantizer("forward", 0).internal = True
+        self.get_quantizer("backward", 0).internal = True
+        weight_quantizer = self.get_quantizer("forward", 1)
+        weight = self._parameters.get("weight")
+        weight_quantizer.internal = not (self._with_quantized_weight or isinstance(weight, QuantizedTensor))
+        if isinstance(weight, QuantizedTensor):  # keep the usages the stored weight has
+            weight_quantizer.set_usage(rowwise=weight.has_usage("rowwise"), columnwise=weight.has_usage("columnwise"))
+
+    def _set_quantizer_usages(self, *, input_requires_grad: bool, weight_requires_grad: bool, override: Any) -> None:
+        """Which copies each operand needs: column-wise ones only for the backward GEMMs that read them."""
+        quantized_backward = override is None
+        self.get_quantizer("forward", 0).set_usage(rowwise=True, columnwise=weight_requires_grad and quantized_backward)
+        self.get_quantizer("forward", 1).set_usage(rowwise=True, columnwise=input_requires_grad and quantized_backward)
+        self.get_quantizer("backward", 0).set_usage(rowwise=input_requires_grad, columnwise=weight_requires_grad)
+
+    def pre_fuser_forward(self, *, requires_grad: bool) -> None:
+        """Set quantizer usages before neighbours quantize for this op."""
+        recipe = get_autocast_recipe()
+        if recipe is None or self._quantizers is None:
+            return
+        self._set_quantizer_usages(
+            input_requires_grad=requires_grad,
+            weight_requires_grad=requires_grad and self.weight.requires_grad,
+            override=recipe.backward_override,
+        )
+
     # ---------------------------------------------------------------- forward
     def op_forward(
         self,
@@ -92,39 +155,69 @@ class BasicLinear(BasicOperation):
         next_op_input_quantizer: Any,
         **kwargs: Any,
     ) -> torch.Tensor:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
         name = type(self).__name__
+        if kwargs:
+            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         weight = self.weight
         dtype = compute_dtype(name, input_, weight.dtype)
         check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device, last_dim=self.in_features)
-        x = to_compute_dtype(input_, dtype).reshape(-1, self.in_features)
-        w = to_compute_dtype(weight, dtype)
-        y = current_backend().gemm(x, w, trans_b=True, out_dtype=dtype)
-
+        recipe = get_autocast_recipe() if self._quantizers is not None else None
+        override = recipe.backward_override if recipe is not None else None
         input_requires_grad = ctx.requires_grad
         weight_requires_grad = ctx.requires_grad and weight.requires_grad
-        ctx.save_for_backward(x if weight_requires_grad else None, w if input_requires_grad else None)
+
+        x = _flatten(input_, self.in_features)
+        if recipe is not None:
+            self._set_quantizer_usages(
+                input_requires_grad=input_requires_grad, weight_requires_grad=weight_requires_grad, override=override
+            )
+            x_op = x if isinstance(x, QuantizedTensor) else self.get_quantizer("forward", 0)(to_compute_dtype(x, dtype))
+            w_op = weight if isinstance(weight, QuantizedTensor) else self.get_quantizer("forward", 1)(
+                to_compute_dtype(weight, dtype)
+            )
+        else:
+            x_op, w_op = maybe_dequantize(x, dtype).reshape(-1, self.in_features), maybe_dequantize(weight, dtype)
+        y = current_backend().gemm(x_op, w_op, trans_b=True, out_dtype=dtype)
+        y = y.reshape(*input_.shape[:-1], self.out_features)
+        if recipe is not None and isinstance(next_op_input_quantizer, Float8Quantizer):
+            y = next_op_input_quantizer(y)
+
+        if override == "high_precision":
+            x_saved = maybe_dequantize(x, dtype).reshape(-1, self.in_features)
+            w_saved = maybe_dequantize(weight, dtype)
+        else:
+            x_saved, w_saved = x_op, w_op
+        ctx.save_for_backward(x_saved if weight_requires_grad else None, w_saved if input_requires_grad else None)
+        ctx.with_quantized_compute = recipe is not None and override is None
+        ctx.backward_override = override
+        ctx.grad_output_quantizer = self.get_quantizer("backward", 0) if recipe is not None else None
+        ctx.grad_input_quantizer = prev_op_grad_output_quantizer if ctx.with_quantized_compute else None
         ctx.dtype = dtype
         ctx.input_shape = input_.shape
         ctx.input_requires_grad = input_requires_grad
         ctx.weight_requires_grad = weight_requires_grad
-        return y.reshape(*input_.shape[:-1], self.out_features)
+        return y
 
     # --------------------------------------------------------------- backward
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[Optional[torch.Tensor], list[Optional[torch.Tensor]]]:
         x, w = ctx.saved_tensors
-        dy = grad_output.reshape(-1, self.out_features)
-        dy = dy if dy.dtype == ctx.dtype else dy.to(ctx.dtype)
+        dy = _flatten(grad_output, self.out_features)
+        if ctx.with_quantized_compute:
+            if not isinstance(dy, QuantizedTensor):
+                dy = ctx.grad_output_quantizer(to_compute_dtype(dy, ctx.dtype))
+        else:
+            dy = maybe_dequantize(dy, ctx.dtype).reshape(-1, self.out_features)
+            x = None if x is None else maybe_dequantize(x, ctx.dtype).reshape(-1, self.in_features)
+            w = None if w is None else maybe_dequantize(w, ctx.dtype)
         kernels = current_backend()
         dx = None
         if ctx.input_requires_grad:
             dx = kernels.gemm(dy, w, out_dtype=ctx.dtype).reshape(ctx.input_shape)
-        dw = None
-        if ctx.weight_requires_grad:
-            dw = self._weight_grad(kernels, dy, x, ctx.dtype)
+            if isinstance(ctx.grad_input_quantizer, Float8Quantizer):
+                dx = ctx.grad_input_quantizer(dx)
+        dw = self._weight_grad(kernels, dy, x, ctx.dtype) if ctx.weight_requires_grad else None
         return dx, [dw]
 
     def _weight_grad(self, kernels, dy: torch.Tensor, x: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:

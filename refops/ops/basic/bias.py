@@ -7,7 +7,9 @@ from typing import Any, Optional
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ...quantization.quantized_tensor import QuantizedTensor
+from ...quantization.state import get_autocast_recipe
+from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
 
@@ -18,6 +20,14 @@ class Bias(BasicOperation):
     """``y = x + b``; ``b`` of shape ``(size,)`` starts at zero.
 
     Backward: ``dx = dy`` and ``db = sum of dy over the leading dims`` (fp32 sum).
+
+    Quantization: a quantized input is dequantized (the output is always high
+    precision). Inside ``refops.autocast`` the previous op's grad-output
+    quantizer, taken at forward time, becomes the grad-input quantizer (None
+    when the recipe has a ``backward_override``); with it the backward returns
+    ``dx = Q(dy)`` alongside ``db`` computed from the high-precision ``dy``
+    (TE's fused ``bgrad_quantize``). A ``dy`` that arrives quantized is
+    dequantized for ``db`` and passed on unchanged.
 
     Args:
         size: the last dim of the input.
@@ -68,15 +78,37 @@ class Bias(BasicOperation):
         dtype = compute_dtype(name, input_, bias.dtype)
         check_tensor(name, "input", input_, dtype=bias.dtype, device=bias.device, last_dim=self.size,
                      last_dim_name="size")
-        x = to_compute_dtype(input_, dtype)
+        x = maybe_dequantize(input_, dtype)
         y, _ = current_backend().bias_activation_forward(x, to_compute_dtype(bias, dtype), "identity")
         ctx.dtype = dtype
-        # The quantizer the grad-input leaves through (used by BackwardActivationBias).
-        ctx.grad_input_quantizer = prev_op_grad_output_quantizer
+        ctx.grad_input_quantizer = self._grad_input_quantizer(ctx, prev_op_grad_output_quantizer)
         return y
+
+    @staticmethod
+    def _grad_input_quantizer(ctx: OperationContext, prev_op_grad_output_quantizer: Any) -> Any:
+        """The quantizer the grad-input leaves through (also read by ``BackwardActivationBias``)."""
+        if not ctx.requires_grad:
+            return None
+        recipe = get_autocast_recipe()
+        if recipe is not None and recipe.backward_override is not None:
+            return None
+        return prev_op_grad_output_quantizer
 
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor, list[Optional[torch.Tensor]]]:
-        db = grad_output if grad_output.dim() == 1 else current_backend().dbias(grad_output)
-        return grad_output, [db]
+        # A custom forward fusion may leave the context empty: then nothing is quantized.
+        quantized = isinstance(grad_output, QuantizedTensor)
+        dy = grad_output.dequantize(dtype=getattr(ctx, "dtype", grad_output.dtype)) if quantized else grad_output
+        if dy.dim() == 1:
+            return grad_output, [dy]
+        db = current_backend().dbias(dy)
+        quantizer = getattr(ctx, "grad_input_quantizer", None)
+        if quantized or quantizer is None or not _produces_data(quantizer):
+            return grad_output, [db]
+        return quantizer(dy), [db]
+
+
+def _produces_data(quantizer: Any) -> bool:
+    """False for a quantizer with neither usage: its owner (the previous op) needs no backward."""
+    return getattr(quantizer, "rowwise_usage", True) or getattr(quantizer, "columnwise_usage", True)

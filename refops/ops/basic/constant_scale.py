@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from .._common import maybe_dequantize
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["ConstantScale"]
@@ -16,7 +17,8 @@ class ConstantScale(BasicOperation):
     """``y = scale * x`` and ``dx = scale * dy``; ``scale`` is a Python number, not a parameter.
 
     Dtypes: the output has the input's dtype (TransformerEngine does not apply
-    ``torch.autocast`` here: scaling is not a matmul-like op).
+    ``torch.autocast`` here: scaling is not a matmul-like op). A quantized input
+    or grad-output is dequantized to its nominal dtype first.
 
     Args:
         scale: the constant, kept as ``self.scale`` (fused ops read it).
@@ -39,10 +41,10 @@ class ConstantScale(BasicOperation):
     ) -> torch.Tensor:
         if kwargs:
             raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
-        return input_ * self.scale
+        return maybe_dequantize(input_, input_.dtype) * self.scale
 
     def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:
-        return grad_output * self.scale, []
+        return maybe_dequantize(grad_output, grad_output.dtype) * self.scale, []
 
     def extra_repr(self) -> str:
         return f"scale={self.scale}"

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from .._common import compute_dtype, to_compute_dtype
+from .._common import compute_dtype, maybe_dequantize
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["Dropout"]
@@ -18,7 +18,8 @@ class Dropout(BasicOperation):
 
     Backward: ``dx = dy * mask`` with the forward's mask. In eval mode
     (``op.eval()``) and for ``p == 0`` the op is the identity and returns its input
-    unchanged.
+    unchanged (a quantized input stays quantized). In training a quantized input
+    or grad-output is dequantized first.
 
     The mask is drawn with torch's RNG on the input's device (so
     ``torch.manual_seed`` makes it reproducible) and is stored in the compute
@@ -60,7 +61,7 @@ class Dropout(BasicOperation):
         if ctx.is_identity:
             return input_
         dtype = compute_dtype(name, input_, input_.dtype)
-        x = to_compute_dtype(input_, dtype)
+        x = maybe_dequantize(input_, dtype)
         keep_probability = 1 - self.dropout_probability
         mask = torch.empty_like(x).bernoulli_(keep_probability)
         mask *= 1 / keep_probability
@@ -73,7 +74,7 @@ class Dropout(BasicOperation):
         if ctx.is_identity:
             return grad_output, []
         (mask,) = ctx.saved_tensors
-        return to_compute_dtype(grad_output, ctx.dtype) * mask, []
+        return maybe_dequantize(grad_output, ctx.dtype) * mask, []
 
     def extra_repr(self) -> str:
         return f"p={self.dropout_probability}"

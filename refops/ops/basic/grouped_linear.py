@@ -2,27 +2,34 @@
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NoReturn, Optional
 
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ...quantization.quantized_tensor import QuantizedTensor
+from ...quantization.quantizer import QuantizerRole
+from ...quantization.state import get_autocast_recipe
+from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
+from ..quantized_weights import QuantizedWeights
+from .add_extra_input import _raise_extra_tensor_hooks
+from .grouped_linear_buffers import (
+    GRAD_INPUT_BUFFER_KEY,
+    OUTPUT_BUFFER_KEY,
+    check_group_parameters,
+    read_extra_inputs,
+    row_slices,
+)
+from .grouped_linear_wgrad import DelayedWeightGrads, bias_grads, main_grad_targets, scales_grad, weight_grads
 
 __all__ = ["GroupedLinear", "OUTPUT_BUFFER_KEY", "GRAD_INPUT_BUFFER_KEY"]
 
-#: Forward kwarg (``Sequential(op_kwargs={op: {...}})``) naming a tensor the output is written into.
-OUTPUT_BUFFER_KEY = "output"
-#: Forward kwarg naming a tensor the backward writes the input grad into.
-GRAD_INPUT_BUFFER_KEY = "grad_input"
 
-
-class GroupedLinear(BasicOperation):
+class GroupedLinear(DelayedWeightGrads, QuantizedWeights, BasicOperation):
     r"""``y_g = x_g W_g^T + b_g`` for ``G`` groups of consecutive input rows.
 
     The input (any leading shape, last dim ``in_features``) is flattened to rows.
@@ -34,9 +41,8 @@ class GroupedLinear(BasicOperation):
     rounded once to the compute dtype.
 
     ``scale_bias=True`` (with ``bias``) adds a second extra input, per-row
-    ``scales`` of shape ``(total_rows,)``, and the bias term of row ``r`` in group
-    ``g`` becomes ``scales[r] * b_g``. Backward, both in fp32:
-    ``db_g = sum_r scales[r] dy[r]`` and ``dscales[r] = dy[r] . b_g``.
+    ``scales`` of shape ``(total_rows,)``: the bias term of row ``r`` in group ``g``
+    becomes ``scales[r] * b_g`` (grads: :mod:`.grouped_linear_wgrad`).
 
     Parameters, in ``parameters()`` order (the order of the grads, TE §2.6):
 
@@ -45,24 +51,30 @@ class GroupedLinear(BasicOperation):
       ``single_grouped_bias``: one ``bias`` of shape ``(G, out)``;
     * with ``bias=False`` the bias names are registered as ``None``.
 
-    All weights and biases must share dtype, device and ``requires_grad``
-    (checked at the first forward; the error names the offending index).
+    All weights and biases must share dtype, device and ``requires_grad`` (and the
+    weights their tensor type): see ``check_group_parameters``. Weights start as
+    ``kaiming_uniform_(a=sqrt(5))`` per group in group order, biases at zero.
 
-    Weights start as ``kaiming_uniform_(a=sqrt(5))`` applied to each group's
-    ``(out, in)`` matrix in group order (so both layouts hold the same values for
-    the same seed), biases at zero.
+    Quantization (TE's per-group "legacy" path; roles of module type ``"linear"``):
+    forward quantizers ``2G`` (slot ``2g``: input of group ``g``, ``2g+1``: its
+    weight), backward ``G`` (slot ``g``: its grad-output). Inside ``autocast`` each
+    non-empty ``x_g``, each weight (unless stored quantized) and, in backward, each
+    ``dy_g`` is quantized; the GEMMs read the usage blocked along their contracted
+    dim, as in ``BasicLinear`` (also for ``backward_override``). A quantized input
+    is dequantized before the split; bias terms use the high-precision ``dy``;
+    output and grad-input are high precision. Inside ``quantized_model_init`` the
+    ``weight{g}`` are stored as ``QuantizedTensor`` parameters (slot ``2g+1``).
 
     Differences from TE, all deliberate:
 
     * single grouped parameters exist *from construction* (also on ``meta``) and
       are plain tensors: materialization never changes the parameter count or
-      identity (TE swaps discrete params for a ``GroupedTensor`` then). They need
-      no environment variable and work in fp32. So ``weight`` always comes
-      before the biases (TE lists discrete biases before a late ``weight``).
-    * a caller ``output`` buffer is returned as a view, so autograd never marks the
-      buffer itself as requiring grad and it can be reused every iteration.
-    * :meth:`backward_dw` computes every queued weight grad and *accumulates*
-      into ``.grad`` like autograd does (TE pops one entry and overwrites).
+      identity. They need no environment variable and work in fp32 and under
+      every recipe's quantized compute (each ``weight[g]`` is quantized per
+      forward). Stored quantized (``quantized_model_init``) they are not
+      implemented: the constructor raises ``NotImplementedError``.
+    * caller buffers and ``backward_dw``: see :mod:`.grouped_linear_buffers` and
+      :mod:`.grouped_linear_wgrad`.
 
     Args:
         num_groups, in_features, out_features: ``G`` and the weight sizes.
@@ -116,42 +128,30 @@ class GroupedLinear(BasicOperation):
         self.single_grouped_bias = single_grouped_bias
         self._rng_state_tracker_function = rng_state_tracker_function
         self._accumulate_into_main_grad = accumulate_into_main_grad
-        self._delay_wgrad_compute = delay_wgrad_compute
-        self._pending_wgrads: collections.deque = collections.deque()
-        self.wgrad_accumulation_and_reduce_hooks: list[Callable[[], None]] = []
+        self._init_delayed_wgrads(delay_wgrad_compute)
         self._register_group_parameters(device, dtype)
+        self._capture_quantized_model_init()
+        if self._with_quantized_weight and single_grouped_weight:
+            raise NotImplementedError(f"{name}: single_grouped_weight=True with weights stored quantized "
+                                      "(quantized_model_init) is not implemented in refops; use discrete weights")
         self._initialize_or_defer(device)
 
     # ------------------------------------------------------------- parameters
     def _register_group_parameters(self, device: torch.device, dtype: torch.dtype) -> None:
         G, out, inp = self.num_groups, self.out_features, self.in_features
-
-        def new(*shape: int) -> torch.nn.Parameter:
-            return torch.nn.Parameter(torch.empty(*shape, device=device, dtype=dtype))
-
-        if self.single_grouped_weight:
-            self.register_parameter("weight", new(G, out, inp))
-        else:
-            for g in range(G):
-                self.register_parameter(f"weight{g}", new(out, inp))
-        if self.single_grouped_bias:
-            self.register_parameter("bias", new(G, out) if self.use_bias else None)
-        else:
-            for g in range(G):
-                self.register_parameter(f"bias{g}", new(out) if self.use_bias else None)
-
-    def register_parameter(self, name: str, param: Optional[torch.nn.Parameter]) -> None:
-        super().register_parameter(name, param)
-        # Megatron's DDP must not reduce a weight whose grad arrives later, in backward_dw.
-        if param is not None and name.startswith("weight") and getattr(self, "_delay_wgrad_compute", False):
-            param.skip_backward_post_hook = True
+        single_weight = self.single_grouped_weight
+        names = {"weight": (G, out, inp)} if single_weight else {f"weight{g}": (out, inp) for g in range(G)}
+        names.update({"bias": (G, out)} if self.single_grouped_bias else {f"bias{g}": (out,) for g in range(G)})
+        for name, shape in names.items():
+            present = name.startswith("weight") or self.use_bias
+            param = torch.nn.Parameter(torch.empty(shape, device=device, dtype=dtype)) if present else None
+            self.register_parameter(name, param)
 
     def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
         if name.startswith("bias"):
             tensor.zero_()
             return
-        matrices = list(tensor) if name == "weight" else [tensor]
-        for matrix in matrices:
+        for matrix in list(tensor) if name == "weight" else [tensor]:
             with self._init_rng_context():
                 torch.nn.init.kaiming_uniform_(matrix, a=math.sqrt(5))
 
@@ -190,34 +190,70 @@ class GroupedLinear(BasicOperation):
     def pre_first_fuser_forward(self) -> None:
         """Materialize meta parameters, then check that all groups agree (errors name the index)."""
         super().pre_first_fuser_forward()
-        weights = self._weight_params()
-        leader = weights[0]
-        for g, weight in enumerate(weights):
-            self._check_like_leader("Weight" if self.single_grouped_weight else f"Weight {g}", weight, leader)
-        for g, bias in enumerate(self._bias_params()):
-            label = "Bias" if self.single_grouped_bias else f"Bias {g}"
-            if self.use_bias and bias is None:
-                raise RuntimeError(f"{type(self).__name__}: Expected biases, but {label.lower()} is uninitialized")
-            if not self.use_bias and bias is not None:
-                raise RuntimeError(f"{type(self).__name__}: Expected no biases, but {label.lower()} is initialized")
-            if bias is not None:
-                self._check_like_leader(label, bias, leader)
+        check_group_parameters(self)
 
-    def _check_like_leader(self, label: str, param: torch.Tensor, leader: torch.Tensor) -> None:
-        expected = (leader.dtype, leader.device, leader.requires_grad)
-        found = (param.dtype, param.device, param.requires_grad)
-        for what, want, got in zip(("dtype", "device", "requires_grad"), expected, found):
-            if want != got:
-                raise RuntimeError(
-                    f"{type(self).__name__}: {label} has {what}={got}, but the weights have {what}={want}"
-                )
+    # ------------------------------------------------------------- quantizers
+    def num_quantizers(self, mode: str) -> int:
+        return 2 * self.num_groups if mode == "forward" else self.num_groups
+
+    def get_quantizer_roles(self, mode: str) -> list[QuantizerRole]:
+        kinds = ("input", "weight") if mode == "forward" else ("grad_output",)
+        name = getattr(self, "name", "") or ""
+        return [QuantizerRole(module_type="linear", tensor_type=k, name=name) for k in kinds] * self.num_groups
+
+    def _weight_quantizer_slot(self, name: str) -> Optional[int]:
+        if name.startswith("weight") and name[len("weight"):].isdigit():
+            return 2 * int(name[len("weight"):]) + 1
+        return None
+
+    def _group_quantizers(self, g: int) -> tuple[Any, Any, Any]:
+        """Group ``g``'s (input, weight, grad-output) quantizers."""
+        return self.get_quantizer("forward", 2 * g), self.get_quantizer("forward", 2 * g + 1), \
+            self.get_quantizer("backward", g)
+
+    def reset_recipe_state(self, *, recipe: Any) -> None:
+        super().reset_recipe_state(recipe=recipe)
+        if recipe is None:
+            return
+        for g in range(self.num_groups):
+            input_quantizer, weight_quantizer, grad_output_quantizer = self._group_quantizers(g)
+            input_quantizer.internal = grad_output_quantizer.internal = True
+            weight = self._parameters.get(f"weight{g}")
+            weight_quantizer.internal = not (self._with_quantized_weight or isinstance(weight, QuantizedTensor))
+            if isinstance(weight, QuantizedTensor):  # keep the usages the stored weight has
+                weight_quantizer.set_usage(rowwise=weight.has_usage("rowwise"),
+                                           columnwise=weight.has_usage("columnwise"))
+
+    def _set_quantizer_usages(self, *, input_requires_grad: bool, weight_requires_grad: bool, override: Any) -> None:
+        """As ``BasicLinear``, per group: column-wise copies only for the backward GEMMs that read them."""
+        quantized_backward = override is None
+        for g in range(self.num_groups):
+            input_quantizer, weight_quantizer, grad_output_quantizer = self._group_quantizers(g)
+            input_quantizer.set_usage(rowwise=True, columnwise=weight_requires_grad and quantized_backward)
+            weight_quantizer.set_usage(rowwise=True, columnwise=input_requires_grad and quantized_backward)
+            grad_output_quantizer.set_usage(rowwise=input_requires_grad, columnwise=weight_requires_grad)
+
+    def pre_fuser_forward(self, *, requires_grad: bool) -> None:
+        """Set quantizer usages before neighbours quantize for this op."""
+        recipe = get_autocast_recipe()
+        if recipe is None or self._quantizers is None:
+            return
+        self._set_quantizer_usages(
+            input_requires_grad=requires_grad,
+            weight_requires_grad=requires_grad and self._weight_params()[0].requires_grad,
+            override=recipe.backward_override,
+        )
+
+    def _quantize_rows(self, quantizer: Any, rows: torch.Tensor) -> torch.Tensor:
+        """A group's rows quantized; an empty group stays a plain (0, K) tensor (nothing to quantize)."""
+        return quantizer(rows) if rows.shape[0] > 0 else rows
 
     # ---------------------------------------------------------------- forward
-    def op_forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        raise RuntimeError(f"{type(self).__name__} has extra inputs; the fuser calls fuser_forward")
+    def op_forward(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _raise_extra_tensor_hooks(self, "forward")
 
-    def op_backward(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"{type(self).__name__} has extra inputs; the fuser calls fuser_backward")
+    def op_backward(self, *args: Any, **kwargs: Any) -> NoReturn:
+        _raise_extra_tensor_hooks(self, "backward")
 
     def fuser_forward(
         self,
@@ -235,111 +271,72 @@ class GroupedLinear(BasicOperation):
         device = leader.device
         dtype = compute_dtype(name, input_, leader.dtype)
         check_tensor(name, "input", input_, dtype=leader.dtype, device=device, last_dim=self.in_features)
-        x = to_compute_dtype(input_, dtype).reshape(-1, self.in_features)
-        split_sizes = self._read_split_sizes(basic_op_extra_inputs[0][0], x.shape[0])
-        scales = self._check_scales(basic_op_extra_inputs[0][1], x.shape[0], device) if self._scale_bias else None
+        x = maybe_dequantize(input_, dtype).reshape(-1, self.in_features)
         out_shape = (*input_.shape[:-1], self.out_features)
-        out_buffer, grad_input_buffer = self._caller_buffers(
-            basic_op_kwargs[0], out_shape, tuple(input_.shape), dtype, device
+        split_sizes, scales, out_buffer, grad_input_buffer = read_extra_inputs(
+            self, basic_op_extra_inputs[0], basic_op_kwargs[0], tuple(input_.shape), out_shape, dtype
         )
-
-        weights = [to_compute_dtype(self.group_weight(g), dtype) for g in range(self.num_groups)]
+        rows = row_slices(split_sizes)
+        ctx.input_requires_grad = ctx.requires_grad
+        ctx.weight_requires_grad = ctx.requires_grad and leader.requires_grad
+        recipe = get_autocast_recipe() if self._quantizers is not None else None
+        override = recipe.backward_override if recipe is not None else None
+        if recipe is not None:
+            self._set_quantizer_usages(input_requires_grad=ctx.input_requires_grad,
+                                       weight_requires_grad=ctx.weight_requires_grad, override=override)
+        xs, weights = self._gemm_operands(x, rows, dtype, quantized=recipe is not None)
         biases = [self.group_bias(g) for g in range(self.num_groups)]
         biases = [None if b is None else to_compute_dtype(b, dtype) for b in biases]
         out = torch.empty(out_shape, dtype=dtype, device=device) if out_buffer is None else out_buffer
-        self._grouped_gemm_forward(x, weights, biases, scales, split_sizes, out.view(-1, self.out_features))
+        self._grouped_gemm_forward(xs, weights, biases, scales, rows, out.view(-1, self.out_features))
 
         ctx.dtype = dtype
         ctx.input_shape = input_.shape
         ctx.split_sizes = split_sizes
         ctx.grad_input_buffer = grad_input_buffer
-        ctx.input_requires_grad = ctx.requires_grad
-        ctx.weight_requires_grad = ctx.requires_grad and leader.requires_grad
+        ctx.with_quantized_compute = recipe is not None and override is None
         ctx.bias_requires_grad = ctx.requires_grad and self.use_bias and self._bias_params()[0].requires_grad
         ctx.scales_requires_grad = ctx.requires_grad and scales is not None and scales.requires_grad
         if ctx.weight_requires_grad and self._accumulate_into_main_grad:
-            self._main_grad_targets()  # fail in forward, not halfway through backward
+            main_grad_targets(self)  # fail in forward, not halfway through backward
         if ctx.requires_grad:
+            if override == "high_precision":  # the backward runs on the original tensors
+                xs = [x[r] for r in rows]
+                weights = [maybe_dequantize(self.group_weight(g), dtype) for g in range(self.num_groups)]
             needs_scales = ctx.scales_requires_grad or (ctx.bias_requires_grad and self._scale_bias)
             ctx.save_for_backward(
-                x if ctx.weight_requires_grad else None,
                 scales if needs_scales else None,
-                *weights,
+                *(xs if ctx.weight_requires_grad else [None] * self.num_groups),
+                *(weights if ctx.input_requires_grad else [None] * self.num_groups),
                 *(biases if ctx.scales_requires_grad else [None] * self.num_groups),
             )
         # A view, so autograd records history on it and never on the caller's buffer.
         return (out if out_buffer is None else out_buffer.view(out_shape)), [()]
 
-    def _grouped_gemm_forward(self, x, weights, biases, scales, split_sizes, out) -> None:
+    def _gemm_operands(self, x, rows, dtype, *, quantized: bool) -> tuple[list, list]:
+        """Per group: the GEMM input rows and weight, quantized (quantizers ``2g``, ``2g+1``) or plain."""
+        G = self.num_groups
+        weights = [self.group_weight(g) for g in range(G)]
+        if not quantized:
+            return [x[r] for r in rows], [maybe_dequantize(w, dtype) for w in weights]
+        xs = [self._quantize_rows(self.get_quantizer("forward", 2 * g), x[r]) for g, r in enumerate(rows)]
+        weights = [w if isinstance(w, QuantizedTensor) else self.get_quantizer("forward", 2 * g + 1)(
+            to_compute_dtype(w, dtype)) for g, w in enumerate(weights)]
+        return xs, weights
+
+    def _grouped_gemm_forward(self, xs, weights, biases, scales, rows, out) -> None:
         """Write ``x_g W_g^T (+ b_g or scales_g b_g)`` into ``out``'s rows of each group."""
         kernels = current_backend()
-        for g, rows in enumerate(_row_slices(split_sizes)):
+        for g, r in enumerate(rows):
             if biases[g] is None:
-                kernels.gemm(x[rows], weights[g], trans_b=True, out_dtype=out.dtype, out=out[rows])
+                kernels.gemm(xs[g], weights[g], trans_b=True, out_dtype=out.dtype, out=out[r])
                 continue
-            y = kernels.gemm(x[rows], weights[g], trans_b=True, out_dtype=torch.float32)
+            y = kernels.gemm(xs[g], weights[g], trans_b=True, out_dtype=torch.float32)
             if scales is None:
                 y, _ = kernels.bias_activation_forward(y, biases[g], "identity")
             else:  # row-wise bias scaling: a trivial fp32 epilogue
-                y = y + scales[rows].float()[:, None] * biases[g].float()[None, :]
-            out[rows].copy_(y)  # the one rounding to the compute dtype
-
-    def _read_split_sizes(self, split_sizes: Any, num_rows: int) -> list[int]:
-        """``split_sizes`` as host ints: ``G`` non-negative entries that sum to the number of rows."""
-        name = type(self).__name__
-        if not isinstance(split_sizes, torch.Tensor):
-            raise TypeError(f"{name}: split_sizes must be an integer tensor, got {type(split_sizes).__name__}")
-        if split_sizes.is_floating_point() or split_sizes.is_complex() or split_sizes.dtype == torch.bool:
-            raise TypeError(f"{name}: split_sizes must be an integer tensor, got dtype {split_sizes.dtype}")
-        if split_sizes.numel() != self.num_groups:
-            raise ValueError(f"{name}: Expected {self.num_groups} splits, but got {split_sizes.numel()}")
-        sizes = [int(s) for s in split_sizes.reshape(-1).tolist()]  # the host read (a device sync)
-        if any(s < 0 for s in sizes):
-            raise ValueError(f"{name}: split sizes must be non-negative, got {sizes}")
-        if sum(sizes) != num_rows:
-            raise ValueError(f"{name}: split sizes {sizes} sum to {sum(sizes)}, but the input has {num_rows} rows")
-        return sizes
-
-    def _check_scales(self, scales: Any, num_rows: int, device: torch.device) -> torch.Tensor:
-        name = type(self).__name__
-        if not isinstance(scales, torch.Tensor) or not scales.is_floating_point():
-            raise TypeError(f"{name}: scales must be a floating-point tensor (scale_bias=True)")
-        if scales.numel() != num_rows:
-            raise ValueError(
-                f"{name}: scales needs one entry per input row ({num_rows}), got shape {tuple(scales.shape)}"
-            )
-        if scales.device != device:
-            raise ValueError(f"{name}: scales is on {scales.device} but the parameters are on {device}")
-        return scales.reshape(-1)
-
-    def _caller_buffers(self, kwargs: dict[str, Any], out_shape: tuple, in_shape: tuple, dtype, device) -> tuple:
-        """The ``output`` and ``grad_input`` buffers from the forward kwargs (None when absent), checked."""
-        kwargs = dict(kwargs)
-        buffers = (kwargs.pop(OUTPUT_BUFFER_KEY, None), kwargs.pop(GRAD_INPUT_BUFFER_KEY, None))
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
-        for key, buffer, shape in zip((OUTPUT_BUFFER_KEY, GRAD_INPUT_BUFFER_KEY), buffers, (out_shape, in_shape)):
-            if buffer is not None:
-                self._check_caller_buffer(key, buffer, shape, dtype, device)
-        return buffers
-
-    def _check_caller_buffer(self, key: str, buffer: Any, shape: tuple, dtype: torch.dtype, device) -> None:
-        """A caller buffer must be a contiguous, grad-free tensor of exactly the needed shape, dtype and device."""
-        name = type(self).__name__
-        if not isinstance(buffer, torch.Tensor):
-            raise TypeError(f"{name}: the {key!r} buffer must be a torch.Tensor, got {type(buffer).__name__}")
-        problems = {
-            "shape": (tuple(buffer.shape), tuple(shape)),
-            "dtype": (buffer.dtype, dtype),
-            "device": (buffer.device, device),
-        }
-        for what, (got, want) in problems.items():
-            if got != want:
-                raise ValueError(f"{name}: the {key!r} buffer has {what} {got}, but {want} is needed")
-        if not buffer.is_contiguous():
-            raise ValueError(f"{name}: the {key!r} buffer must be contiguous")
-        if buffer.requires_grad:
-            raise ValueError(f"{name}: the {key!r} buffer must not require grad (pass buffer.detach())")
+                y = y + scales[r].float()[:, None] * biases[g].float()[None, :]
+            out[r].copy_(y)  # the one rounding to the compute dtype
 
     # --------------------------------------------------------------- backward
     def fuser_backward(
@@ -351,11 +348,16 @@ class GroupedLinear(BasicOperation):
     ) -> tuple[Optional[torch.Tensor], list[list[Optional[torch.Tensor]]], list[tuple]]:
         ctx = basic_op_ctxs[0]
         G = self.num_groups
-        x, scales, *rest = ctx.saved_tensors
-        weights, biases = rest[:G], rest[G:]
-        dy = grad_output.reshape(-1, self.out_features)
-        dy = dy if dy.dtype == ctx.dtype else dy.to(ctx.dtype)
-        rows = _row_slices(ctx.split_sizes)
+        scales, *rest = ctx.saved_tensors
+        xs, weights, biases = rest[:G], rest[G : 2 * G], rest[2 * G :]
+        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(-1, self.out_features)
+        rows = row_slices(ctx.split_sizes)
+        dys = [dy[r] for r in rows]
+        if ctx.with_quantized_compute:
+            dys = [self._quantize_rows(self.get_quantizer("backward", g), dys[g]) for g in range(G)]
+        else:  # backward_override "dequantized" (or no recipe): plain operands
+            xs = [None if t is None else maybe_dequantize(t, ctx.dtype) for t in xs]
+            weights = [None if t is None else maybe_dequantize(t, ctx.dtype) for t in weights]
         kernels = current_backend()
 
         dx = None
@@ -365,123 +367,19 @@ class GroupedLinear(BasicOperation):
                 dx = torch.empty(ctx.input_shape, dtype=ctx.dtype, device=dy.device)
             dx2d = dx.view(-1, self.in_features)
             for g, r in enumerate(rows):
-                kernels.gemm(dy[r], weights[g], out_dtype=ctx.dtype, out=dx2d[r])
+                kernels.gemm(dys[g], weights[g], out_dtype=ctx.dtype, out=dx2d[r])
 
         grads: dict[str, Optional[torch.Tensor]] = {}
         if ctx.weight_requires_grad:
             if self._delay_wgrad_compute:
-                self._pending_wgrads.append((x, dy, ctx.split_sizes))
+                self._wgrad_store.put(xs, dys, ctx.dtype)
             else:
-                grads.update(self._weight_grads(kernels, x, dy, ctx.split_sizes))
+                grads.update(weight_grads(self, kernels, xs, dys, ctx.dtype))
         if ctx.bias_requires_grad:
-            grads.update(self._bias_grads(kernels, dy, scales, rows))
+            grads.update(bias_grads(self, kernels, dy, scales, rows))
         param_grads = [grads.get(n) for n, p in self._parameters.items() if p is not None]
         extra_grads: tuple = (None,)
         if self._scale_bias:
-            dscales = self._scales_grad(kernels, dy, biases, rows, scales) if ctx.scales_requires_grad else None
+            dscales = scales_grad(self, kernels, dy, biases, rows, scales) if ctx.scales_requires_grad else None
             extra_grads = (None, dscales)
         return dx, [param_grads], [extra_grads]
-
-    def _weight_grads(self, kernels, x, dy, split_sizes) -> dict[str, Optional[torch.Tensor]]:
-        """``dW_g = dy_g^T x_g`` per weight parameter name, or accumulation into ``main_grad``."""
-        rows = _row_slices(split_sizes)
-        names = [n for n in self._parameters if n.startswith("weight")]
-        if self._accumulate_into_main_grad:
-            for g, (target, accumulate) in enumerate(self._main_grad_targets()):
-                kernels.gemm(dy[rows[g]], x[rows[g]], trans_a=True, out_dtype=target.dtype, out=target,
-                             accumulate=accumulate)
-            return {n: _dummy_wgrad(getattr(self, n)) for n in names}
-        shape = (self.out_features, self.in_features)
-        dws = [torch.empty(shape, dtype=dy.dtype, device=dy.device) for _ in rows]
-        for g, r in enumerate(rows):
-            kernels.gemm(dy[r], x[r], trans_a=True, out_dtype=dy.dtype, out=dws[g])
-        if self.single_grouped_weight:
-            return {"weight": torch.stack(dws)}
-        return dict(zip(names, dws))
-
-    def _main_grad_targets(self) -> list[tuple[torch.Tensor, bool]]:
-        """Per group: ``(the (out, in) main_grad slice to write, whether to accumulate)``."""
-        targets = []
-        for param in self._weight_params():
-            main_grad = getattr(param, "main_grad", None)
-            if main_grad is None:
-                raise RuntimeError(
-                    f"{type(self).__name__} is configured with accumulate_into_main_grad=True, "
-                    "but weight parameter does not have a valid main_grad attribute"
-                )
-            accumulate = not getattr(param, "overwrite_main_grad", False)
-            slices = [main_grad[g] for g in range(self.num_groups)] if self.single_grouped_weight else [main_grad]
-            targets.extend((s, accumulate) for s in slices)
-        return targets
-
-    def _bias_grads(self, kernels, dy, scales, rows) -> dict[str, torch.Tensor]:
-        """``db_g = sum_r dy[r]`` (or ``sum_r scales[r] dy[r]`` with scale_bias), in fp32."""
-        dbs = []
-        for g, r in enumerate(rows):
-            dy_g = dy[r] if scales is None else dy[r].float() * scales[r].float()[:, None]
-            dbs.append(kernels.dbias(dy_g).to(dy.dtype))
-        if self.single_grouped_bias:
-            return {"bias": torch.stack(dbs)}
-        return {f"bias{g}": db for g, db in enumerate(dbs)}
-
-    def _scales_grad(self, kernels, dy, biases, rows, scales) -> torch.Tensor:
-        """``dscales[r] = dy[r] . b_g`` (a matrix-vector GEMM per group, fp32 output)."""
-        dscales = torch.empty(scales.shape[0], dtype=torch.float32, device=dy.device)
-        for g, r in enumerate(rows):
-            column = biases[g].reshape(self.out_features, 1)
-            kernels.gemm(dy[r], column, out_dtype=torch.float32, out=dscales[r].view(-1, 1))
-        return dscales.to(scales.dtype)
-
-    # ------------------------------------------------------ delayed weight grads
-    def need_backward_dw(self) -> bool:
-        """Whether :meth:`backward_dw` must run to finish the weight grads."""
-        return self._delay_wgrad_compute
-
-    def register_wgrad_accumulation_and_reduce_hooks(self, hook: Callable[[], None]) -> None:
-        """Run ``hook()`` after each :meth:`backward_dw` (where DDP would reduce the grads)."""
-        self.wgrad_accumulation_and_reduce_hooks.append(hook)
-
-    def backward_dw(self) -> None:
-        """Run every queued weight-grad GEMM, oldest first.
-
-        Each result is accumulated into ``.grad`` of the weight parameters (set if
-        it is None), or into ``main_grad`` with ``accumulate_into_main_grad``.
-        """
-        if not self._pending_wgrads:
-            return
-        kernels = current_backend()
-        with torch.no_grad():  # runs outside autograd's backward, like an optimizer step
-            while self._pending_wgrads:
-                x, dy, split_sizes = self._pending_wgrads.popleft()
-                grads = self._weight_grads(kernels, x, dy, split_sizes)
-                if not self._accumulate_into_main_grad:
-                    for name, grad in grads.items():
-                        _accumulate_grad(getattr(self, name), grad)
-        for hook in self.wgrad_accumulation_and_reduce_hooks:
-            hook()
-
-
-def _row_slices(split_sizes: list[int]) -> list[slice]:
-    """The consecutive row ranges of the groups."""
-    slices, start = [], 0
-    for size in split_sizes:
-        slices.append(slice(start, start + size))
-        start += size
-    return slices
-
-
-def _accumulate_grad(param: torch.nn.Parameter, grad: torch.Tensor) -> None:
-    """What autograd's AccumulateGrad does: set ``.grad``, or add to it."""
-    grad = grad.to(param.dtype)
-    if param.grad is None:
-        param.grad = grad
-    else:
-        param.grad.add_(grad)
-
-
-def _dummy_wgrad(param: torch.nn.Parameter) -> Optional[torch.Tensor]:
-    """Megatron's convention once the grad went to ``main_grad``: zeros if it asks, else None."""
-    if hasattr(param, "grad_added_to_main_grad"):
-        param.grad_added_to_main_grad = True
-        return torch.zeros_like(param)
-    return None

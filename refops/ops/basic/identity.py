@@ -12,7 +12,10 @@ __all__ = ["Identity"]
 
 
 class Identity(BasicOperation):
-    """``y = x`` and ``dx = dy``: the very same tensors are passed through, never copied."""
+    """``y = x`` and ``dx = dy``: the very same tensors are passed through, never copied.
+
+    Quantized tensors pass through unchanged too (still quantized, same object).
+    """
 
     def op_forward(
         self,

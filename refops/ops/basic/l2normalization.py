@@ -7,7 +7,7 @@ from typing import Any, Optional
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from .._common import check_tensor, compute_dtype, maybe_dequantize
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["L2Normalization"]
@@ -20,7 +20,8 @@ class L2Normalization(BasicOperation):
     ``r = rsqrt(sum(x^2) + eps)`` saved from the forward as ``rsqrt_norm``.
 
     Dtypes: computes in the ``torch.autocast`` dtype when active, else the input's
-    dtype; the reductions run in fp32 and the result is rounded once.
+    dtype; the reductions run in fp32 and the result is rounded once. A quantized
+    input or grad-output is dequantized first; the output is high precision.
 
     Args:
         eps: added to the sum of squares.
@@ -56,7 +57,7 @@ class L2Normalization(BasicOperation):
         check_tensor(name, "input", input_, dtype=input_.dtype)
         if input_.dim() == 0:
             raise ValueError(f"{name}: expected input with at least one dim, got a 0-d tensor")
-        x = to_compute_dtype(input_, dtype)
+        x = maybe_dequantize(input_, dtype)
         y, rsqrt_norm = current_backend().l2_normalize_forward(x, eps=self.eps)
         if ctx.requires_grad:
             ctx.save_for_backward(x, rsqrt_norm)
@@ -65,7 +66,7 @@ class L2Normalization(BasicOperation):
 
     def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:
         x, rsqrt_norm = ctx.saved_tensors
-        dy = to_compute_dtype(grad_output, ctx.dtype)
+        dy = maybe_dequantize(grad_output, ctx.dtype)
         return current_backend().l2_normalize_backward(dy, x, rsqrt_norm, eps=self.eps), []
 
     def extra_repr(self) -> str:

@@ -7,11 +7,33 @@ from typing import Any, Iterable, Optional
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from ...quantization import (
+    Float8BlockQuantizer,
+    Float8CurrentScalingQuantizer,
+    Float8Quantizer,
+    MXFP8Quantizer,
+    NVFP4Quantizer,
+)
+from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
 
-__all__ = ["LayerNorm", "canonicalize_normalized_shape", "check_normalized_dims", "sm_margins"]
+__all__ = [
+    "LayerNorm",
+    "canonicalize_normalized_shape",
+    "check_normalized_dims",
+    "sm_margins",
+    "quantize_norm_output",
+]
+
+#: The quantizers a norm may emit its output through (TE's list; anything else leaves it in high precision).
+NORM_OUTPUT_QUANTIZERS = (
+    Float8Quantizer,
+    Float8CurrentScalingQuantizer,
+    MXFP8Quantizer,
+    Float8BlockQuantizer,
+    NVFP4Quantizer,
+)
 
 
 def canonicalize_normalized_shape(normalized_shape: Iterable[int] | int, *, op_name: str) -> tuple[int, ...]:
@@ -47,6 +69,13 @@ def sm_margins(sm_margin: int | dict[str, int], *, op_name: str) -> dict[str, in
     return {k: int(sm_margin.get(k, 0)) for k in keys}
 
 
+def quantize_norm_output(y: torch.Tensor, next_op_input_quantizer: Any) -> torch.Tensor:
+    """``y`` quantized by the next op's input quantizer when it is an FP8 / MXFP8 / FP8-block / NVFP4 one."""
+    if isinstance(next_op_input_quantizer, NORM_OUTPUT_QUANTIZERS):
+        return next_op_input_quantizer(y)
+    return y
+
+
 class LayerNorm(BasicOperation):
     """``y = (x - E[x]) / sqrt(Var[x] + eps) * gamma + beta`` over the trailing ``normalized_shape`` dims.
 
@@ -61,6 +90,12 @@ class LayerNorm(BasicOperation):
     it, and the statistics are fp32.
 
     Backward: ``(dx, dgamma, dbeta)`` from the saved ``(x, mean, rstd)``.
+
+    Quantization: a quantized input (or grad-output) is dequantized first. When
+    the next op offers an input quantizer (inside ``refops.autocast``: a
+    ``BasicLinear``, a ``Quantize``...) of an FP8, MXFP8, FP8-block or NVFP4
+    scheme, ``y`` leaves quantized by it, the high-precision result quantized
+    once (TE's fused norm + cast); the grad-input is always high precision.
 
     Args:
         normalized_shape: int or tuple of ints; the input's trailing dims.
@@ -120,7 +155,7 @@ class LayerNorm(BasicOperation):
         dtype = compute_dtype(name, input_, weight.dtype)
         check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device)
         check_normalized_dims(name, input_, self._shape)
-        x = to_compute_dtype(input_, dtype)
+        x = maybe_dequantize(input_, dtype)
         y, mean, rstd = current_backend().layer_norm_forward(
             x,
             to_compute_dtype(weight, dtype),
@@ -132,13 +167,13 @@ class LayerNorm(BasicOperation):
         if ctx.requires_grad:
             ctx.save_for_backward(x, mean, rstd)
         ctx.dtype = dtype
-        return y
+        return quantize_norm_output(y, next_op_input_quantizer)
 
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor, list[Optional[torch.Tensor]]]:
         x, mean, rstd = ctx.saved_tensors
-        dy = to_compute_dtype(grad_output, ctx.dtype).reshape(x.shape)
+        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(x.shape)
         dx, dw, db = current_backend().layer_norm_backward(
             dy, x, mean, rstd, to_compute_dtype(self.weight, ctx.dtype), zero_centered_gamma=self.zero_centered_gamma
         )

@@ -6,6 +6,8 @@ from typing import Any, Iterable, NoReturn, Optional
 
 import torch
 
+from ...quantization.quantized_tensor import QuantizedTensor
+from .._common import maybe_dequantize
 from ..op import BasicOperation, OperationContext
 from .add_extra_input import _raise_extra_tensor_hooks
 
@@ -27,6 +29,10 @@ class MakeExtraOutput(BasicOperation):
     else reads that grad. When ``g`` and ``dy`` share memory (a channel consumer
     such as ``AddExtraInput`` returns one tensor as both its grads) the sum is
     computed out of place: the value is the same, and ``dy`` is not clobbered.
+
+    Quantized tensors pass through the forward unchanged (both outputs are the
+    input object). In backward, a sum with a quantized grad is formed out of place
+    on the dequantized values; a lone quantized grad is passed on unchanged.
 
     Args:
         in_place: accumulate the grad into the extra output's grad.
@@ -72,6 +78,9 @@ class MakeExtraOutput(BasicOperation):
         (grad_extra,) = basic_op_grad_extra_outputs[0]
         if grad_extra is None:
             grad_input = grad_output
+        elif isinstance(grad_extra, QuantizedTensor) or isinstance(grad_output, QuantizedTensor):
+            dy = maybe_dequantize(grad_output, grad_output.dtype)
+            grad_input = maybe_dequantize(grad_extra, grad_extra.dtype) + dy
         elif self._in_place and not _shares_memory(grad_extra, grad_output):
             grad_extra += grad_output
             grad_input = grad_extra

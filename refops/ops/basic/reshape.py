@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 import torch
 
+from .._common import maybe_dequantize
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["Reshape"]
@@ -15,7 +16,9 @@ class Reshape(BasicOperation):
     """``y = torch.reshape(x, shape)``; one dim may be ``-1`` (inferred).
 
     Backward reshapes ``dy`` to the input's shape saved by the forward. Values are
-    never changed.
+    never changed. A quantized input (or grad-output) is dequantized exactly to
+    its nominal dtype first, so the result is a plain tensor (TE keeps a
+    per-tensor FP8 tensor quantized through a view; the values are the same).
 
     Args:
         shape: the output shape, an int or an iterable of ints.
@@ -44,14 +47,14 @@ class Reshape(BasicOperation):
         if kwargs:
             raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         try:
-            output = input_.reshape(self._shape)
+            output = maybe_dequantize(input_, input_.dtype).reshape(self._shape)
         except RuntimeError as error:
             raise ValueError(f"{name}: cannot reshape input of shape {tuple(input_.shape)} to {self._shape}") from error
         ctx.input_shape = input_.shape
         return output
 
     def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:
-        return grad_output.reshape(ctx.input_shape), []
+        return maybe_dequantize(grad_output, grad_output.dtype).reshape(ctx.input_shape), []
 
     def extra_repr(self) -> str:
         return f"shape={self._shape}"

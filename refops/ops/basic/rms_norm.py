@@ -7,10 +7,10 @@ from typing import Any, Iterable, Optional
 import torch
 
 from ...kernels import current_backend
-from .._common import check_tensor, compute_dtype, to_compute_dtype
+from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
-from .layer_norm import canonicalize_normalized_shape, check_normalized_dims, sm_margins
+from .layer_norm import canonicalize_normalized_shape, check_normalized_dims, quantize_norm_output, sm_margins
 
 __all__ = ["RMSNorm"]
 
@@ -28,6 +28,10 @@ class RMSNorm(BasicOperation):
     weight's dtype; the output is in it and ``rstd`` is fp32.
 
     Backward: ``(dx, dgamma)`` from the saved ``(x, rstd)``.
+
+    Quantization: as :class:`~refops.ops.basic.layer_norm.LayerNorm` (``y``
+    leaves through the next op's FP8 / MXFP8 / FP8-block / NVFP4 input
+    quantizer when there is one; quantized inputs are dequantized).
 
     Args:
         normalized_shape: int or tuple of ints; the input's trailing dims.
@@ -86,7 +90,7 @@ class RMSNorm(BasicOperation):
         dtype = compute_dtype(name, input_, weight.dtype)
         check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device)
         check_normalized_dims(name, input_, self._shape)
-        x = to_compute_dtype(input_, dtype)
+        x = maybe_dequantize(input_, dtype)
         y, rstd = current_backend().rms_norm_forward(
             x,
             to_compute_dtype(weight, dtype),
@@ -97,13 +101,13 @@ class RMSNorm(BasicOperation):
         if ctx.requires_grad:
             ctx.save_for_backward(x, rstd)
         ctx.dtype = dtype
-        return y
+        return quantize_norm_output(y, next_op_input_quantizer)
 
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor, list[Optional[torch.Tensor]]]:
         x, rstd = ctx.saved_tensors
-        dy = to_compute_dtype(grad_output, ctx.dtype).reshape(x.shape)
+        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(x.shape)
         dx, dw = current_backend().rms_norm_backward(
             dy, x, rstd, to_compute_dtype(self.weight, ctx.dtype), zero_centered_gamma=self.zero_centered_gamma
         )

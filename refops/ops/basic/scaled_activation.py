@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Iterable, Optional
 import torch
 
 from ...kernels import current_backend
-from .._common import SUPPORTED_COMPUTE_DTYPES, check_tensor, compute_dtype, to_compute_dtype
+from .._common import SUPPORTED_COMPUTE_DTYPES, check_tensor, compute_dtype, maybe_dequantize
 from ..op import BasicOperation, OperationContext
 from .swiglu import (
     ClampedSwiGLU,
@@ -38,7 +38,9 @@ class _ScaledActivation(BasicOperation):
 
     Forward: the compute dtype is the ``torch.autocast`` dtype if active, else
     the input's dtype. ``scales`` may be fp32, fp16 or bf16 (it is used in
-    fp32). ``(x, scales)`` are saved. No quantizer fusion.
+    fp32). ``(x, scales)`` are saved. No quantizer fusion (as in TE): the
+    neighbours' quantizers are ignored, a quantized input or grad-output is
+    dequantized, and ``y`` and ``dx`` leave in high precision.
     """
 
     num_extra_inputs: int = 1
@@ -104,7 +106,7 @@ class _ScaledActivation(BasicOperation):
         check_tensor(name, "input", input_, dtype=input_.dtype)
         dtype = compute_dtype(name, input_, input_.dtype)
         self._check_scales(input_, scales)
-        x = to_compute_dtype(input_, dtype).contiguous()
+        x = maybe_dequantize(input_, dtype).contiguous()
 
         act = self._act32(self._kernel_layout(x))
         y = (act * scales.float().unsqueeze(-1)).to(dtype)
@@ -143,7 +145,7 @@ class _ScaledActivation(BasicOperation):
         ctx = basic_op_ctxs[0]
         x, scales = ctx.saved_tensors
         x_kernel = self._kernel_layout(x)
-        dy = grad_output.float()
+        dy = maybe_dequantize(grad_output, torch.float32)
         dx = None
         if ctx.input_requires_grad:
             dact = dy * scales.float().unsqueeze(-1)

@@ -6,6 +6,10 @@ and a linear half ``b`` and gate the **first** half. With
 blocks ``[a(s), b(s), a(s), b(s), ...]``; the op de-interleaves it to
 ``[a..., b...]`` before the kernel and re-interleaves the input gradient, so
 the math is unchanged and only the memory layout differs.
+
+Quantization is as for every activation (``_ActivationOperation``): the output
+leaves through the next op's input quantizer; the grad-input through the
+previous op's grad-output quantizer, except with interleaving.
 """
 
 from __future__ import annotations
@@ -89,15 +93,21 @@ class _InterleavableGLU(_ActivationOperation):
     def _from_kernel_layout(self, grad: torch.Tensor) -> torch.Tensor:
         return interleave_glu(grad, self.glu_interleave_size)
 
+    def _grad_input_quantizer(self, prev_op_grad_output_quantizer: Any) -> Any:
+        # The interleaved grad is re-laid out after the kernel, so it leaves in high precision (as in TE).
+        return None if self.glu_interleave_size is not None else prev_op_grad_output_quantizer
+
 
 class SwiGLU(_InterleavableGLU):
     """``SwiGLU(a, b) = SiLU(a) * b = a * sigmoid(a) * b``; gate on the first half.
 
     Args:
-        cache_quantized_input: accepted and stored; ``x`` is saved in high
-            precision until quantized caching arrives (see ``_ActivationOperation``).
+        cache_quantized_input: save ``x`` for backward as an FP8 E4M3
+            current-scaling row-wise copy (see ``_ActivationOperation``).
         glu_interleave_size: ``s`` for the block-interleaved layout
             ``[a(s), b(s), ...]``; the last dim must be divisible by ``2 s``.
+            With it, ``dx`` always leaves in high precision (no grad-input
+            quantizer), as in TransformerEngine.
     """
 
     kernel_activation = "swiglu"

@@ -1,0 +1,122 @@
+"""Per-tensor FP8 numerics (delayed and current scaling): amax, scale from amax, cast, dequantize.
+
+recipes-numerics.md §0.2, §0.3, §2.1, §2.2. ``RN(.)`` is one IEEE fp32
+round-to-nearest-even step. A quotient of two fp32 values computed in fp64 and
+rounded once to fp32 *is* ``RN`` of the exact quotient (fp64 has more than
+2*24+2 bits), so divisions below go through fp64 on every device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ...formats import E4M3, E5M2, Float8Format, bits_from_fp32, fp32_from_bits
+
+__all__ = [
+    "float8_format",
+    "amax",
+    "compute_scale_from_amax",
+    "reciprocal_rn",
+    "columnwise_layout",
+    "quantize_float8",
+    "dequantize_float8",
+]
+
+_FORMATS = {torch.float8_e4m3fn: E4M3, torch.float8_e5m2: E5M2}
+# Keeps the sign and exponent bits of an fp32: 2^floor(log2 s) for positive s.
+_EXPONENT_MASK = -0x00800000  # int32 view of 0xFF800000
+
+
+def float8_format(fp8_dtype: torch.dtype) -> Float8Format:
+    """The :class:`Float8Format` of ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``."""
+    try:
+        return _FORMATS[fp8_dtype]
+    except KeyError:
+        raise ValueError(f"unsupported FP8 dtype {fp8_dtype}; expected torch.float8_e4m3fn or torch.float8_e5m2")
+
+
+def amax(x: torch.Tensor) -> torch.Tensor:
+    """``max |x|`` over every element, as an fp32 tensor of shape (1,).
+
+    Exact (the max of exactly converted values). NaNs are skipped, like CUDA's
+    ``fmaxf``; an empty tensor (or an all-NaN one) gives 0.
+    """
+    a = x.detach().reshape(-1).float().abs()
+    a = torch.where(torch.isnan(a), torch.zeros_like(a), a)
+    if a.numel() == 0:
+        return torch.zeros(1, dtype=torch.float32, device=x.device)
+    return a.max().reshape(1)
+
+
+def reciprocal_rn(scale: torch.Tensor) -> torch.Tensor:
+    """``RN(1 / scale)`` in fp32 (exact for powers of two)."""
+    return (1.0 / scale.double()).float()
+
+
+def compute_scale_from_amax(
+    amax: torch.Tensor,
+    *,
+    fmax: float,
+    force_pow_2_scales: bool,
+    amax_epsilon: float,
+    value_for_inf: float,
+) -> torch.Tensor:
+    """TE's ``compute_scale_from_amax`` (``recipe_common.cuh``), element-wise on fp32 amaxes.
+
+    1. ``a = max(a, eps)`` (a NaN amax fails the comparison and passes through);
+    2. ``a`` inf, NaN or 0 gives scale 1;
+    3. ``scale = RN(fmax / a)``;
+    4. ``scale = +inf`` (tiny ``a``) becomes ``value_for_inf``;
+    5. pow2: the 23 mantissa bits are zeroed, i.e. the scale rounds *down* to 2^k.
+    """
+    a = amax.float()
+    a = torch.where(a < amax_epsilon, torch.full_like(a, amax_epsilon), a)
+    degenerate = torch.isinf(a) | torch.isnan(a) | (a == 0)
+    scale = (float(fmax) / a.double()).float()
+    scale = torch.where(torch.isposinf(scale), torch.full_like(scale, value_for_inf), scale)
+    if force_pow_2_scales:
+        scale = fp32_from_bits(bits_from_fp32(scale) & _EXPONENT_MASK).reshape(scale.shape)
+    return torch.where(degenerate, torch.ones_like(scale), scale)
+
+
+def columnwise_layout(data: torch.Tensor) -> torch.Tensor:
+    """The column-wise (Hopper, "transposed") copy of row-wise bytes: shape ``(K, *lead)``."""
+    if data.dim() == 0:
+        return data.clone()
+    k = data.shape[-1]
+    return data.reshape(-1, k).t().contiguous().reshape(k, *data.shape[:-1])
+
+
+def quantize_float8(
+    x: torch.Tensor,
+    scale: torch.Tensor,
+    *,
+    fp8_dtype: torch.dtype,
+    rowwise: bool,
+    columnwise: bool,
+    amax_accumulator: torch.Tensor | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """``q = Q_F(RN(x * scale))`` with one fp32 scale for the whole tensor.
+
+    Returns ``(rowwise_data, scale_inv, columnwise_data, scale_inv)``: uint8 bytes of
+    ``x``'s shape (row-wise) and of shape ``(K, *lead)`` (column-wise, the transpose
+    of the same bytes); ``scale_inv = RN(1/scale)`` shape (1,) is shared. A usage
+    not asked for is None. ``amax_accumulator`` (fp32, one element) is updated in
+    place to ``max(itself, amax(x))`` (delayed scaling's amax recording).
+    """
+    fmt = float8_format(fp8_dtype)
+    scale = scale.reshape(1).float()
+    q = fmt.quantize(x.float() * scale).view(torch.uint8)
+    scale_inv = reciprocal_rn(scale)
+    if amax_accumulator is not None:
+        amax_accumulator.copy_(torch.fmax(amax_accumulator, amax(x).to(amax_accumulator.device)))
+    rowwise_data = q if rowwise else None
+    columnwise_data = columnwise_layout(q) if columnwise else None
+    return rowwise_data, scale_inv, columnwise_data, scale_inv
+
+
+def dequantize_float8(
+    data: torch.Tensor, scale_inv: torch.Tensor, *, fp8_dtype: torch.dtype, out_dtype: torch.dtype
+) -> torch.Tensor:
+    """``RN(float(q) * scale_inv)`` in fp32, then one rounding to ``out_dtype``."""
+    return (float8_format(fp8_dtype).to_fp32(data) * scale_inv.reshape(1).float()).to(out_dtype)

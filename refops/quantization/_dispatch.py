@@ -1,0 +1,138 @@
+"""How torch operations treat a ``QuantizedTensor`` (its ``__torch_dispatch__``).
+
+* ``detach`` / ``alias``: a new tensor of the same class sharing the arrays
+  (what ``nn.Parameter(q)`` and ``state_dict()`` need);
+* ``clone``: same class, copied arrays;
+* ``copy_(dst, src)``: into a quantized ``dst``, raw arrays are copied when
+  ``src`` is quantized the same way, else ``src`` is re-quantized with ``dst``'s
+  quantizer; in place either way (same object, same buffers). Into a plain
+  ``dst``, ``src`` is dequantized;
+* ``_to_copy`` (``.to(device)``, ``.to(dtype)``, ``.half()``, ``.float()``, ``.cpu()``):
+  stays quantized with the new nominal dtype (fp32/fp16/bf16) and/or device;
+* ``empty_like``: same class, uninitialized arrays;
+* any other op runs on the dequantized values; an op that writes into a quantized
+  argument (``add_``, ``mul_``, ``zero_``, ...) re-quantizes the result into it in
+  place, like an optimizer step.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+from torch.utils._pytree import tree_map
+
+from .quantized_tensor import QuantizedTensor
+
+__all__ = ["dispatch"]
+
+aten = torch.ops.aten
+_NOMINAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def _alias(tensor: QuantizedTensor, *_: Any, **__: Any) -> QuantizedTensor:
+    return type(tensor).make_like(tensor)
+
+
+def _clone(tensor: QuantizedTensor, *, memory_format: Any = None) -> QuantizedTensor:
+    return tensor._map_arrays(lambda t: t.clone())
+
+
+def _same_encoding(dst: QuantizedTensor, src: Any) -> bool:
+    """Whether ``src``'s arrays can be copied byte for byte into ``dst``'s."""
+    if type(src) is not type(dst) or src.shape != dst.shape:
+        return False
+    for kw, (attr, _) in dst._CTOR_META.items():
+        if getattr(src, attr) != getattr(dst, attr):
+            return False
+    for attr in dst._array_names():
+        mine, theirs = getattr(dst, attr), getattr(src, attr)
+        if mine is not None and (theirs is None or theirs.shape != mine.shape or theirs.dtype != mine.dtype):
+            return False
+    return True
+
+
+def _copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+    if not isinstance(dst, QuantizedTensor):
+        dst.copy_(src._dequantize_impl(src.dtype, None), non_blocking)
+        return dst
+    if _same_encoding(dst, src):
+        for attr in dst._array_names():
+            if getattr(dst, attr) is not None:
+                getattr(dst, attr).copy_(getattr(src, attr), non_blocking)
+        return dst
+    if isinstance(src, QuantizedTensor):
+        src = src._dequantize_impl(src.dtype, None)
+    dst._get_quantizer().update_quantized(src, dst)
+    return dst
+
+
+def _to_copy(tensor: QuantizedTensor, **kwargs: Any) -> torch.Tensor:
+    dtype = kwargs.get("dtype") or tensor.dtype
+    device = kwargs.get("device") or tensor.device
+    if dtype not in _NOMINAL_DTYPES:
+        return tensor._dequantize_impl(tensor.dtype, None).to(dtype=dtype, device=device)
+    return tensor._map_arrays(lambda t: t.to(device=device, non_blocking=kwargs.get("non_blocking", False)),
+                              dtype=dtype, device=torch.device(device))
+
+
+def _empty_like(tensor: QuantizedTensor, **kwargs: Any) -> torch.Tensor:
+    dtype = kwargs.get("dtype") or tensor.dtype
+    device = kwargs.get("device") or tensor.device
+    if dtype not in _NOMINAL_DTYPES:
+        return torch.empty(tensor.shape, dtype=dtype, device=device)
+    return tensor._map_arrays(lambda t: torch.empty_like(t, device=device), dtype=dtype, device=torch.device(device))
+
+
+_HANDLERS: dict[Any, Callable[..., Any]] = {
+    aten.detach.default: _alias,
+    aten.alias.default: _alias,
+    aten.clone.default: _clone,
+    aten.copy_.default: _copy_,
+    aten._to_copy.default: _to_copy,
+    aten.empty_like.default: _empty_like,
+}
+
+
+def _dequantized(value: Any) -> Any:
+    return value._dequantize_impl(value.dtype, None) if isinstance(value, QuantizedTensor) else value
+
+
+def _run_mutating(func: Any, args: tuple, kwargs: dict) -> Any:
+    """Run an in-place op on dequantized copies; re-quantize every written quantized argument."""
+    written: list[tuple[QuantizedTensor, torch.Tensor]] = []
+    schema_args = func._schema.arguments
+
+    def unwrap(value: Any, schema_arg: Any) -> Any:
+        alias = schema_arg.alias_info if schema_arg is not None else None
+        is_write = alias is not None and alias.is_write
+
+        def one(v: Any) -> Any:
+            if not isinstance(v, QuantizedTensor):
+                return v
+            plain = _dequantized(v)
+            if is_write:
+                written.append((v, plain))
+            return plain
+
+        # Tensor-list arguments (``_foreach_*_``) hold one tensor per element.
+        return type(value)(one(v) for v in value) if isinstance(value, (list, tuple)) else one(value)
+
+    by_name = {a.name: a for a in schema_args}
+    new_args = tuple(unwrap(v, schema_args[i] if i < len(schema_args) else None) for i, v in enumerate(args))
+    new_kwargs = {k: unwrap(v, by_name.get(k)) for k, v in kwargs.items()}
+    out = func(*new_args, **new_kwargs)
+    originals = {id(plain): quantized for quantized, plain in written}
+    for quantized, plain in written:
+        quantized._get_quantizer().update_quantized(plain, quantized)
+    return tree_map(lambda o: originals.get(id(o), o), out)
+
+
+def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
+    """``QuantizedTensor.__torch_dispatch__``: see the module docstring."""
+    handler = _HANDLERS.get(func)
+    if handler is not None:
+        return handler(*args, **kwargs)
+    if func._schema.is_mutable:
+        return _run_mutating(func, args, kwargs)
+    return func(*tree_map(_dequantized, args), **tree_map(_dequantized, kwargs))

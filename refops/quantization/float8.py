@@ -1,0 +1,199 @@
+"""Per-tensor FP8: ``Float8Tensor`` and its two quantizers (recipes-numerics §2.1, §2.2).
+
+* :class:`Float8Quantizer` (delayed scaling): casts with the fp32 ``scale`` it is
+  given (a view of the recipe state), writes ``scale_inv = RN(1/scale)`` into the
+  tensor, and max-accumulates the pre-scale amax into ``amax`` at every cast.
+* :class:`Float8CurrentScalingQuantizer`: ``A = amax(x)`` (optionally all-reduced),
+  ``s = compute_scale_from_amax(A, fmax, pow2, eps, value_for_inf=FLT_MAX)``, then
+  the same cast.
+
+``q = Q_F(RN(x * s))``. The column-wise copy is the transpose of the same bytes
+(Hopper layout, shape ``(K, *lead)``) and shares the one ``scale_inv``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import torch
+
+from ..formats import FLT_MAX
+from ..kernels import current_backend
+from ..kernels.reference.quant_float8 import columnwise_layout
+from .quantized_tensor import QuantizedTensor
+from .quantizer import DType, Quantizer, canonicalize_fp8_dtype, torch_fp8_dtype
+
+__all__ = ["Float8Tensor", "Float8Quantizer", "Float8CurrentScalingQuantizer"]
+
+_FMAX = {DType.kFloat8E4M3: 448.0, DType.kFloat8E5M2: 57344.0}
+
+
+class Float8Tensor(QuantizedTensor):
+    """FP8 data with one fp32 ``scale_inv`` for the whole tensor.
+
+    TE's constructor: ``Float8Tensor(shape, dtype, *, data, fp8_scale_inv, fp8_dtype,
+    data_transpose=None, quantizer=None, requires_grad=False)``; ``_data`` (row-wise
+    uint8, nominal shape), ``_transpose`` (column-wise uint8, ``(K, *lead)``),
+    ``_scale_inv`` (fp32, (1,)).
+    """
+
+    _ROWWISE = ("_data",)
+    _COLUMNWISE = ("_transpose",)
+    _SHARED = ("_scale_inv",)
+    _CTOR_TENSORS = {"data": "_data", "data_transpose": "_transpose", "fp8_scale_inv": "_scale_inv"}
+    _CTOR_META = {"fp8_dtype": ("_fp8_dtype", DType.kFloat8E4M3)}
+
+    def _validate(self) -> None:
+        self._fp8_dtype = canonicalize_fp8_dtype(self._fp8_dtype)
+        if self._scale_inv is None:
+            raise ValueError("Float8Tensor needs fp8_scale_inv")
+
+    def _dequantize_usage(self, usage: str, dtype: torch.dtype) -> torch.Tensor:
+        data = self._data if usage == "rowwise" else self._transpose
+        values = current_backend().dequantize_float8(
+            data, self._scale_inv, fp8_dtype=torch_fp8_dtype(self._fp8_dtype), out_dtype=dtype
+        )
+        if usage == "columnwise" and self.dim() > 0:
+            values = values.reshape(self.shape[-1], -1).t().reshape(self.shape)
+        return values.contiguous()
+
+    def _derive_usage(self, usage: str) -> None:
+        # Both copies hold the same bytes: deriving one is a transpose, not a quantization.
+        if usage == "columnwise":
+            self._transpose = columnwise_layout(self._data)
+        elif self.dim() > 0:
+            k = self.shape[-1]
+            self._data = self._transpose.reshape(k, -1).t().contiguous().reshape(self.shape)
+        else:
+            self._data = self._transpose.clone()
+
+
+class _PerTensorQuantizer(Quantizer):
+    """What both per-tensor quantizers share: the FP8 dtype and the cast into a Float8Tensor."""
+
+    tensor_class = Float8Tensor
+
+    def __init__(self, fp8_dtype: Any, *, rowwise: bool, columnwise: bool) -> None:
+        super().__init__(rowwise=rowwise, columnwise=columnwise)
+        self.dtype = canonicalize_fp8_dtype(fp8_dtype)
+
+    @property
+    def fmax(self) -> float:
+        """Largest finite value of the FP8 format."""
+        return _FMAX[self.dtype]
+
+    def _tensor_meta(self) -> dict[str, Any]:
+        return {"fp8_dtype": self.dtype}
+
+    def _cast(self, tensor: torch.Tensor, scale: torch.Tensor, *, rowwise: bool, columnwise: bool,
+              amax_accumulator: Optional[torch.Tensor] = None) -> dict[str, Any]:
+        data, scale_inv, transpose, _ = current_backend().quantize_float8(
+            tensor,
+            scale.to(tensor.device),
+            fp8_dtype=torch_fp8_dtype(self.dtype),
+            rowwise=rowwise,
+            columnwise=columnwise,
+            amax_accumulator=amax_accumulator,
+        )
+        return {"data": data, "data_transpose": transpose, "fp8_scale_inv": scale_inv, "fp8_dtype": self.dtype}
+
+    def make_empty(
+        self,
+        shape: Iterable[int],
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: Optional[torch.device | str] = None,
+        requires_grad: bool = False,
+    ) -> Float8Tensor:
+        shape = torch.Size(shape)
+        device = torch.device("cpu") if device is None else torch.device(device)
+        data = torch.empty(shape, dtype=torch.uint8, device=device) if self.rowwise_usage else None
+        transpose = None
+        if self.columnwise_usage:
+            t_shape = (shape[-1], *shape[:-1]) if len(shape) > 0 else shape
+            transpose = torch.empty(t_shape, dtype=torch.uint8, device=device)
+        return Float8Tensor(
+            shape, dtype, device=device, requires_grad=requires_grad, quantizer=self, data=data,
+            data_transpose=transpose, fp8_scale_inv=torch.ones(1, dtype=torch.float32, device=device),
+            fp8_dtype=self.dtype,
+        )
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "fp8_dtype": int(self.dtype)}
+
+
+class Float8Quantizer(_PerTensorQuantizer):
+    """Delayed scaling: cast with the given ``scale``; record ``amax`` (TE's signature)."""
+
+    def __init__(self, scale: torch.Tensor, amax: torch.Tensor, fp8_dtype: Any, *,
+                 rowwise: bool = True, columnwise: bool = True) -> None:
+        super().__init__(fp8_dtype, rowwise=rowwise, columnwise=columnwise)
+        self.scale = scale
+        self.amax = amax
+
+    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+        return self._cast(tensor, self.scale, rowwise=rowwise, columnwise=columnwise, amax_accumulator=self.amax)
+
+    def calibrate(self, tensor: torch.Tensor) -> None:
+        """Record ``amax(tensor)`` as a cast would, without casting."""
+        self.amax.copy_(torch.fmax(self.amax, current_backend().amax(tensor).to(self.amax.device)))
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        return {"scale": self.scale, "amax": self.amax}
+
+    @classmethod
+    def _from_config(cls, config: dict[str, Any], tensors: dict[str, torch.Tensor], device: torch.device):
+        return cls(tensors["scale"].to(device), tensors["amax"].to(device), DType(config.pop("fp8_dtype")), **config)
+
+
+class Float8CurrentScalingQuantizer(_PerTensorQuantizer):
+    """Current scaling: the scale comes from the tensor's own amax at every cast (TE's signature).
+
+    ``scale`` and ``amax`` are workspace buffers holding the last cast's values.
+    With ``with_amax_reduction`` the amax is all-reduced (MAX) over
+    ``amax_reduction_group`` before the scale is computed.
+    """
+
+    def __init__(
+        self,
+        fp8_dtype: Any,
+        device: Optional[torch.device | str] = None,
+        *,
+        rowwise: bool = True,
+        columnwise: bool = True,
+        with_amax_reduction: bool = False,
+        amax_reduction_group: Any = None,
+        force_pow_2_scales: bool = False,
+        amax_epsilon: float = 0.0,
+    ) -> None:
+        super().__init__(fp8_dtype, rowwise=rowwise, columnwise=columnwise)
+        device = torch.device("cpu") if device is None else torch.device(device)
+        self.scale = torch.ones(1, dtype=torch.float32, device=device)
+        self.amax = torch.zeros(1, dtype=torch.float32, device=device)
+        self.with_amax_reduction = with_amax_reduction
+        self.amax_reduction_group = amax_reduction_group
+        self.force_pow_2_scales = bool(force_pow_2_scales)
+        self.amax_epsilon = float(amax_epsilon)
+
+    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+        backend = current_backend()
+        amax = backend.amax(tensor)
+        if self.with_amax_reduction and torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(amax, op=torch.distributed.ReduceOp.MAX, group=self.amax_reduction_group)
+        scale = backend.compute_scale_from_amax(
+            amax,
+            fmax=self.fmax,
+            force_pow_2_scales=self.force_pow_2_scales,
+            amax_epsilon=self.amax_epsilon,
+            value_for_inf=FLT_MAX,
+        )
+        self.amax = self.amax.to(tensor.device).copy_(amax)
+        self.scale = self.scale.to(tensor.device).copy_(scale)
+        return self._cast(tensor, scale, rowwise=rowwise, columnwise=columnwise)
+
+    def _config(self) -> dict[str, Any]:
+        return {**super()._config(), "force_pow_2_scales": self.force_pow_2_scales, "amax_epsilon": self.amax_epsilon}
+
+    @classmethod
+    def _from_config(cls, config: dict[str, Any], tensors: dict[str, torch.Tensor], device: torch.device):
+        return cls(DType(config.pop("fp8_dtype")), device, **config)

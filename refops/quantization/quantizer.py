@@ -1,0 +1,245 @@
+"""``Quantizer``: the builder of quantized tensors, plus ``DType`` and ``QuantizerRole``.
+
+A quantizer holds a scheme's options and turns a high-precision tensor into a
+:class:`~refops.quantization.quantized_tensor.QuantizedTensor` with the usages
+it is asked for:
+
+* **row-wise** usage: blocked along the last dim (what ``y = x W^T`` reads);
+* **column-wise** usage: blocked along the leading dims (what ``dW = dy^T x``
+  and ``dx = dy W`` read).
+
+The arithmetic is not here: each scheme calls ``refops.kernels.current_backend()``.
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import dataclasses
+import enum
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
+
+import torch
+
+if TYPE_CHECKING:
+    from .quantized_tensor import QuantizedTensor
+
+__all__ = ["DType", "QuantizerRole", "Quantizer", "canonicalize_fp8_dtype", "torch_fp8_dtype"]
+
+
+class DType(enum.IntEnum):
+    """TE's ``transformer_engine_torch.DType`` (same members and values)."""
+
+    kByte = 0
+    kInt16 = 1
+    kInt32 = 2
+    kInt64 = 3
+    kFloat32 = 4
+    kFloat16 = 5
+    kBFloat16 = 6
+    kFloat8E4M3 = 7
+    kFloat8E5M2 = 8
+    kFloat8E8M0 = 9
+    kFloat4E2M1 = 10
+
+
+_FP8_TORCH_DTYPES = {DType.kFloat8E4M3: torch.float8_e4m3fn, DType.kFloat8E5M2: torch.float8_e5m2}
+
+
+def canonicalize_fp8_dtype(fp8_dtype: Any) -> DType:
+    """``DType.kFloat8E4M3`` / ``kFloat8E5M2`` from a DType or the matching torch dtype."""
+    for te_dtype, torch_dtype in _FP8_TORCH_DTYPES.items():
+        if fp8_dtype == te_dtype or fp8_dtype is torch_dtype:
+            return te_dtype
+    raise ValueError(
+        f"fp8_dtype must be DType.kFloat8E4M3 or DType.kFloat8E5M2 (or torch.float8_e4m3fn / "
+        f"torch.float8_e5m2), got {fp8_dtype!r}"
+    )
+
+
+def torch_fp8_dtype(fp8_dtype: DType) -> torch.dtype:
+    """The torch dtype of an FP8 ``DType`` (what the kernels take)."""
+    return _FP8_TORCH_DTYPES[canonicalize_fp8_dtype(fp8_dtype)]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuantizerRole:
+    """What a quantizer is for, e.g. ``QuantizerRole("linear", "weight", "fc1")``; empty = unknown."""
+
+    module_type: str = ""
+    tensor_type: str = ""
+    name: str = ""
+
+
+_SUPPORTED_INPUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+#: Quantizer classes by name, for rebuilding tensors from plain tensors + metadata.
+QUANTIZER_CLASSES: dict[str, type["Quantizer"]] = {}
+
+
+class Quantizer(abc.ABC):
+    """Builder of quantized tensors (TE's ``Quantizer`` interface).
+
+    ``rowwise_usage`` / ``columnwise_usage`` say which copies to produce;
+    ``internal`` only means "do not record autograd" here (TE returns lighter
+    storage objects instead).
+    """
+
+    #: The QuantizedTensor subclass this quantizer makes.
+    tensor_class: ClassVar[type]
+
+    def __init__(self, *, rowwise: bool, columnwise: bool) -> None:
+        self.rowwise_usage = bool(rowwise)
+        self.columnwise_usage = bool(columnwise)
+        self.internal = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        QUANTIZER_CLASSES[cls.__name__] = cls
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(rowwise_usage={self.rowwise_usage}, "
+            f"columnwise_usage={self.columnwise_usage}, internal={self.internal})"
+        )
+
+    # ---------------------------------------------------------------- usage
+    def set_usage(self, *, rowwise: Optional[bool] = None, columnwise: Optional[bool] = None) -> None:
+        """Change the usages future quantizations produce (None keeps the current one)."""
+        if rowwise is not None:
+            self.rowwise_usage = bool(rowwise)
+        if columnwise is not None:
+            self.columnwise_usage = bool(columnwise)
+
+    def copy(self) -> "Quantizer":
+        """Shallow copy: state tensors (delayed scaling's scale/amax) stay shared."""
+        return copy.copy(self)
+
+    def calibrate(self, tensor: torch.Tensor) -> None:
+        """Update quantizer state as a cast would, without casting (stateless schemes: nothing)."""
+
+    # ------------------------------------------------------------- quantize
+    def __call__(self, tensor: torch.Tensor) -> "QuantizedTensor":
+        return self.quantize(tensor)
+
+    def quantize(self, tensor: torch.Tensor, *, out: Optional["QuantizedTensor"] = None) -> "QuantizedTensor":
+        """A new quantized tensor (or ``out`` updated in place).
+
+        Autograd sees a straight-through identity: the gradient w.r.t. ``tensor``
+        is the gradient w.r.t. the quantized tensor, in high precision.
+        """
+        if out is not None:
+            return self.update_quantized(tensor, out)
+        tensor = self._high_precision_input(tensor)
+        if not self.internal and torch.is_grad_enabled() and tensor.requires_grad:
+            return _QuantizeFunc.apply(tensor, self)
+        return self._quantize_new(tensor.detach())
+
+    def update_quantized(
+        self,
+        src: torch.Tensor,
+        dst: "QuantizedTensor",
+        *,
+        noop_flag: Optional[torch.Tensor] = None,
+    ) -> "QuantizedTensor":
+        """Re-quantize ``src`` into ``dst`` in place (same object, same buffers, ``dst``'s usages).
+
+        ``src`` is broadcast to ``dst``'s shape and moved to its device. A nonzero
+        ``noop_flag`` skips the update.
+        """
+        if not isinstance(dst, self.tensor_class):
+            raise TypeError(f"{type(self).__name__} can only update {self.tensor_class.__name__}, got {type(dst).__name__}")
+        if noop_flag is not None and bool(noop_flag.reshape(-1)[0].item()):
+            return dst
+        src = self._high_precision_input(src).detach().to(device=dst.device).expand(dst.shape)
+        fresh = self._quantize_arrays(
+            src.contiguous(), rowwise=dst.has_usage("rowwise"), columnwise=dst.has_usage("columnwise")
+        )
+        dst._overwrite_arrays(fresh)
+        return dst
+
+    def _high_precision_input(self, tensor: torch.Tensor) -> torch.Tensor:
+        from .quantized_tensor import QuantizedTensor
+
+        if isinstance(tensor, QuantizedTensor):
+            tensor = tensor.dequantize()
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype not in _SUPPORTED_INPUT_DTYPES:
+            got = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise TypeError(f"{type(self).__name__}: can only quantize fp32, fp16 or bf16 tensors, got {got}")
+        return tensor
+
+    def _quantize_new(self, tensor: torch.Tensor) -> "QuantizedTensor":
+        if not (self.rowwise_usage or self.columnwise_usage):
+            raise ValueError(f"{type(self).__name__}: neither row-wise nor column-wise usage is enabled")
+        arrays = self._quantize_arrays(
+            tensor.contiguous(), rowwise=self.rowwise_usage, columnwise=self.columnwise_usage
+        )
+        kwargs = {**self._tensor_meta(), **arrays}
+        return self.tensor_class(tensor.shape, tensor.dtype, device=tensor.device, quantizer=self, **kwargs)
+
+    # ---------------------------------------------------------- per scheme
+    @abc.abstractmethod
+    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+        """Constructor keyword arguments (data and scales) of ``tensor_class`` for these usages."""
+
+    def _tensor_meta(self) -> dict[str, Any]:
+        """Non-tensor constructor arguments of ``tensor_class`` (e.g. ``fp8_dtype``)."""
+        return {}
+
+    @abc.abstractmethod
+    def make_empty(
+        self,
+        shape: Iterable[int],
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: Optional[torch.device | str] = None,
+        requires_grad: bool = False,
+    ) -> "QuantizedTensor":
+        """A quantized tensor of nominal ``shape``/``dtype`` with uninitialized data."""
+
+    # -------------------------------------------------------- serialization
+    def _config(self) -> dict[str, Any]:
+        """JSON-compatible constructor options (no tensors)."""
+        return {"rowwise": self.rowwise_usage, "columnwise": self.columnwise_usage}
+
+    def _state_tensors(self) -> dict[str, torch.Tensor]:
+        """Tensors a rebuilt quantizer needs (delayed scaling: scale and amax)."""
+        return {}
+
+    @classmethod
+    def _from_config(cls, config: dict[str, Any], tensors: dict[str, torch.Tensor], device: torch.device) -> "Quantizer":
+        quantizer = cls(**config)  # type: ignore[call-arg]
+        return quantizer
+
+
+def quantizer_to_plain(quantizer: Optional[Quantizer]) -> tuple[dict[str, torch.Tensor], Optional[dict[str, Any]]]:
+    """``(state tensors, metadata)`` of a quantizer (None gives no metadata)."""
+    if quantizer is None:
+        return {}, None
+    meta = {"class": type(quantizer).__name__, "config": quantizer._config(), "internal": quantizer.internal}
+    return {k: v.detach().clone() for k, v in quantizer._state_tensors().items()}, meta
+
+
+def quantizer_from_plain(
+    meta: Optional[dict[str, Any]], tensors: dict[str, torch.Tensor], device: torch.device
+) -> Optional[Quantizer]:
+    """Inverse of :func:`quantizer_to_plain`."""
+    if meta is None:
+        return None
+    cls = QUANTIZER_CLASSES.get(meta["class"])
+    if cls is None:
+        raise ValueError(f"unknown quantizer class {meta['class']!r} in quantized tensor metadata")
+    quantizer = cls._from_config(dict(meta["config"]), tensors, device)
+    quantizer.internal = bool(meta.get("internal", False))
+    return quantizer
+
+
+class _QuantizeFunc(torch.autograd.Function):
+    """Quantize in forward; pass the gradient through unchanged in backward."""
+
+    @staticmethod
+    def forward(ctx: Any, tensor: torch.Tensor, quantizer: Quantizer) -> "QuantizedTensor":
+        return quantizer._quantize_new(tensor.detach())
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return grad, None

@@ -1,0 +1,263 @@
+"""Recipe state: what one basic op keeps per mode ("forward"/"backward") for a recipe, and its quantizers.
+
+Only delayed scaling is stateful (a scale and an amax history per quantizer
+slot); every other recipe computes scales from the tensor being quantized, so
+its state is just the recipe and the roles. ``RecipeState.create`` picks the
+class; ``make_quantizers`` builds one quantizer per slot, chosen by role
+(input, weight, grad_output) where the recipe treats roles differently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from ..recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    Format,
+    MXFP8BlockScaling,
+    NVFP4BlockScaling,
+    Recipe,
+)
+from .float8 import Float8CurrentScalingQuantizer, Float8Quantizer
+from .float8_block import Float8BlockQuantizer
+from .mxfp8 import MXFP8Quantizer
+from .nvfp4 import NVFP4Quantizer
+from .quantizer import DType, Quantizer, QuantizerRole
+from .state import register_delayed_state
+
+__all__ = ["RecipeState", "DelayedScalingRecipeState", "fp8_dtype_for"]
+
+FLT_MAX = torch.finfo(torch.float32).max
+
+
+def fp8_dtype_for(recipe: Recipe, mode: str) -> DType:
+    """E4M3 everywhere, except backward tensors under HYBRID, which are E5M2."""
+    if recipe.fp8_format == Format.HYBRID and mode == "backward":
+        return DType.kFloat8E5M2
+    return DType.kFloat8E4M3
+
+
+def _tensor_type(roles: Optional[Sequence[Optional[QuantizerRole]]], index: int, mode: str) -> str:
+    role = roles[index] if roles is not None else None
+    if role is not None and role.tensor_type:
+        return role.tensor_type
+    return "input" if mode == "forward" else "grad_output"
+
+
+class RecipeState:
+    """The quantizer state of one op, in one mode, for one recipe."""
+
+    def __init__(
+        self, recipe: Recipe, *, mode: str, num_quantizers: int, roles: Optional[Sequence[QuantizerRole]] = None,
+        device: Optional[torch.device] = None,
+    ) -> None:
+        if roles is not None and len(roles) != num_quantizers:
+            raise ValueError(f"{len(roles)} quantizer roles given for {num_quantizers} quantizers")
+        self.recipe, self.mode, self.num_quantizers = recipe, mode, num_quantizers
+        self.roles = list(roles) if roles is not None else None
+        self.device = device if device is not None else torch.get_default_device()
+
+    @staticmethod
+    def create(
+        recipe: Recipe, *, mode: str, num_quantizers: int, roles: Optional[Sequence[QuantizerRole]] = None,
+        device: Optional[torch.device] = None,
+    ) -> "RecipeState":
+        for recipe_type, state_type in _STATE_TYPES:
+            if isinstance(recipe, recipe_type):
+                return state_type(recipe, mode=mode, num_quantizers=num_quantizers, roles=roles, device=device)
+        raise TypeError(f"no recipe state for {type(recipe).__name__}")
+
+    def tensor_type(self, index: int) -> str:
+        """The role of slot ``index``: "input", "weight" or "grad_output" (or a custom name)."""
+        return _tensor_type(self.roles, index, self.mode)
+
+    def make_quantizers(self) -> list[Quantizer]:
+        return [self.make_quantizer(i) for i in range(self.num_quantizers)]
+
+    def make_quantizer(self, index: int) -> Quantizer:
+        raise NotImplementedError
+
+    # Checkpoints: stateless recipes save nothing.
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if state:
+            raise ValueError(f"{type(self.recipe).__name__} recipe state has nothing to load, got {sorted(state)}")
+
+
+class DelayedScalingRecipeState(RecipeState):
+    """``scale`` (n,) and ``amax_history`` (L, n), fp32; each quantizer's amax is ``amax_history[0, i]``."""
+
+    def __init__(self, recipe: DelayedScaling, **kwargs: Any) -> None:
+        super().__init__(recipe, **kwargs)
+        n, length = self.num_quantizers, recipe.amax_history_len
+        self.scale = torch.ones(n, dtype=torch.float32, device=self.device)
+        self.amax_history = torch.zeros(length, n, dtype=torch.float32, device=self.device)
+        self.fmax = recipe.fp8_format.value.max_fwd if self.mode == "forward" else recipe.fp8_format.value.max_bwd
+        register_delayed_state(self, self.mode)
+
+    def make_quantizer(self, index: int) -> Quantizer:
+        return Float8Quantizer(
+            self.scale[index : index + 1], self.amax_history[0, index : index + 1], fp8_dtype_for(self.recipe, self.mode)
+        )
+
+    def resize_history(self, length: int) -> None:
+        """Truncate, or zero-pad at the end of dim 0, to ``length`` rows; the op then rebuilds its quantizers."""
+        old = self.amax_history
+        new = torch.zeros(length, old.shape[1], dtype=old.dtype, device=old.device)
+        rows = min(length, old.shape[0])
+        new[:rows] = old[:rows]
+        self.amax_history = new
+
+    def update_scales(self, reduction_group: Any = None) -> None:
+        """One delayed-scaling update (``recipes-numerics.md`` §5), in place.
+
+        Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over the group when
+        the recipe asks): if ``a0 != 0`` the history becomes
+        ``[0, old[2], ..., old[L-1], a0]`` and ``amax = max(old[1:], a0)`` ("max") or
+        ``a0`` ("most_recent"); a slot with ``a0 == 0`` was not used and is left
+        alone. ``scale = (fmax * 2^-margin) / amax`` when ``amax`` is finite and
+        positive, else unchanged; ``+inf`` becomes FLT_MAX. Callable algorithms take
+        TE's unfused path: always roll, ``amax = algo(history)``.
+        """
+        recipe: DelayedScaling = self.recipe
+        history = self.amax_history
+        a0 = history[0].clone()
+        if recipe.reduce_amax and reduction_group is not None and torch.distributed.is_initialized():
+            torch.distributed.all_reduce(a0, op=torch.distributed.ReduceOp.MAX, group=reduction_group)
+        if callable(recipe.amax_compute_algo) or recipe.scaling_factor_compute_algo is not None:
+            self._update_unfused(a0)
+            return
+        used = a0 != 0
+        rolled = torch.zeros_like(history)
+        if history.shape[0] > 1:
+            rolled[1:-1] = history[2:]
+            rolled[-1] = a0
+        if recipe.amax_compute_algo == "max":
+            amax = torch.maximum(history[1:].amax(dim=0), a0) if history.shape[0] > 1 else a0
+        else:
+            amax = a0
+        new_scale = self._scale_from_amax(amax, self.scale)
+        history.copy_(torch.where(used, rolled, history))
+        self.scale.copy_(torch.where(used, new_scale, self.scale))
+
+    def _scale_from_amax(self, amax: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+        numerator = torch.tensor(self.fmax * 2.0 ** (-self.recipe.margin), dtype=torch.float32, device=amax.device)
+        scale = numerator / amax
+        scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX), scale)
+        valid = torch.isfinite(amax) & (amax > 0)
+        return torch.where(valid, scale, old)
+
+    def _update_unfused(self, a0: torch.Tensor) -> None:
+        recipe: DelayedScaling = self.recipe
+        history = self.amax_history
+        history[0] = a0
+        if callable(recipe.amax_compute_algo):
+            amax = recipe.amax_compute_algo(history)
+        elif recipe.amax_compute_algo == "max":
+            amax = history.amax(dim=0)
+        else:
+            amax = history[0]
+        if recipe.scaling_factor_compute_algo is not None:
+            scale = recipe.scaling_factor_compute_algo(amax, self.scale, self.fmax, recipe)
+        else:
+            scale = self._scale_from_amax(amax, self.scale)
+        history.copy_(torch.roll(history, -1, dims=0))
+        history[0].zero_()
+        self.scale.copy_(scale)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"scale": self.scale, "amax_history": self.amax_history}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name in ("scale", "amax_history"):
+            if name not in state:
+                raise ValueError(f"delayed-scaling state is missing {name!r}")
+        if state["amax_history"].shape != self.amax_history.shape:
+            self.amax_history = torch.zeros_like(state["amax_history"], device=self.device)
+        self.scale.copy_(state["scale"])
+        self.amax_history.copy_(state["amax_history"])
+
+
+class Float8CurrentScalingRecipeState(RecipeState):
+    def make_quantizer(self, index: int) -> Quantizer:
+        recipe: Float8CurrentScaling = self.recipe
+        qparams = {
+            "input": recipe.fp8_quant_fwd_inp,
+            "weight": recipe.fp8_quant_fwd_weight,
+            "grad_output": recipe.fp8_quant_bwd_grad,
+        }.get(self.tensor_type(index), recipe.fp8_quant_bwd_grad if self.mode == "backward" else recipe.fp8_quant_fwd_inp)
+        return Float8CurrentScalingQuantizer(
+            fp8_dtype_for(recipe, self.mode),
+            self.device,
+            force_pow_2_scales=qparams.power_2_scale,
+            amax_epsilon=qparams.amax_epsilon,
+        )
+
+
+class MXFP8BlockScalingRecipeState(RecipeState):
+    def make_quantizer(self, index: int) -> Quantizer:
+        recipe: MXFP8BlockScaling = self.recipe
+        two_d = recipe.enable_2d_quantization and self.mode == "forward" and self.tensor_type(index) == "weight"
+        return MXFP8Quantizer(fp8_dtype_for(recipe, self.mode), with_2d_quantization=two_d)
+
+
+class Float8BlockScalingRecipeState(RecipeState):
+    def make_quantizer(self, index: int) -> Quantizer:
+        recipe: Float8BlockScaling = self.recipe
+        kind = self.tensor_type(index)
+        if kind == "weight":
+            dim, qparams = recipe.w_block_scaling_dim, recipe.fp8_quant_fwd_weight
+        elif self.mode == "backward":
+            dim, qparams = recipe.grad_block_scaling_dim, recipe.fp8_quant_bwd_grad
+        else:
+            dim, qparams = recipe.x_block_scaling_dim, recipe.fp8_quant_fwd_inp
+        return Float8BlockQuantizer(
+            fp8_dtype_for(recipe, self.mode),
+            rowwise=True,
+            columnwise=True,
+            amax_epsilon=qparams.amax_epsilon,
+            force_pow_2_scales=qparams.power_2_scale,
+            block_scaling_dim=dim,
+        )
+
+
+class NVFP4BlockScalingRecipeState(RecipeState):
+    """Per role (recipes-numerics §2.5): inputs get the RHT on their column-wise copy, weights 16x16 tiles,
+    gradients stochastic rounding (and the RHT column-wise); 4over6 applies to the scopes the recipe names."""
+
+    def make_quantizer(self, index: int) -> Quantizer:
+        recipe: NVFP4BlockScaling = self.recipe
+        kind = self.tensor_type(index)
+        if kind == "weight":
+            qparams, scope = recipe.fp4_quant_fwd_weight, "weights"
+        elif self.mode == "backward":
+            qparams, scope = recipe.fp4_quant_bwd_grad, None
+        else:
+            qparams, scope = recipe.fp4_quant_fwd_inp, "activations"
+        four_over_six = scope is not None and recipe.nvfp4_4over6 in (scope, "all")
+        use_256 = scope is not None and recipe.nvfp4_4over6_e4m3_use_256 in (scope, "all")
+        return NVFP4Quantizer(
+            with_rht=qparams.random_hadamard_transform,
+            with_post_rht_amax=qparams.random_hadamard_transform,
+            with_2d_quantization=qparams.fp4_2d_quantization,
+            stochastic_rounding=qparams.stochastic_rounding,
+            row_scaled_nvfp4=recipe.row_scaled_activation and self.mode == "forward" and kind != "weight",
+            nvfp4_use_4over6=four_over_six,
+            nvfp4_e4m3_max=256 if (four_over_six and use_256) else 448,
+            nvfp4_4over6_err_mode=recipe.nvfp4_4over6_err_mode,
+        )
+
+
+_STATE_TYPES: list[tuple[type, type]] = [
+    (DelayedScaling, DelayedScalingRecipeState),
+    (Float8CurrentScaling, Float8CurrentScalingRecipeState),
+    (MXFP8BlockScaling, MXFP8BlockScalingRecipeState),
+    (Float8BlockScaling, Float8BlockScalingRecipeState),
+    (NVFP4BlockScaling, NVFP4BlockScalingRecipeState),
+]

@@ -1,0 +1,161 @@
+"""Evidence for the lifecycle checks: what a module holds, how two modules differ, in words.
+
+Comparisons are bit-exact (the first tier of the tolerance policy in ``§2.5`` of
+the ecosystem notes): a deferred-initialized module must hold the very bytes the
+eagerly built one holds, so a difference is reported with its maximum absolute
+value rather than tolerated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+__all__ = [
+    "alias_changes",
+    "alias_structure",
+    "bit_equal",
+    "compare_tensors",
+    "describe_aliases",
+    "describe_exception",
+    "grads",
+    "max_difference",
+    "named_tensors",
+    "output_tensors",
+    "plural",
+    "weighted_sum",
+]
+
+
+def plural(count: int, noun: str, nouns: Optional[str] = None) -> str:
+    """``"1 tensor"``, ``"2 tensors"``."""
+    return f"{count} {noun if count == 1 else (nouns or noun + 's')}"
+
+
+def describe_exception(error: BaseException) -> str:
+    """``Type: first line of the message``, short enough for a table cell."""
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    if len(message) > 160:
+        message = message[:157] + "..."
+    return f"{type(error).__name__}: {message}" if message else type(error).__name__
+
+
+def output_tensors(output: Any) -> list[torch.Tensor]:
+    """The floating-point tensors of a forward's output (a tensor, or nested tuples and lists)."""
+    if isinstance(output, torch.Tensor):
+        return [output] if output.is_floating_point() else []
+    if isinstance(output, (tuple, list)):
+        return [t for item in output for t in output_tensors(item)]
+    return []
+
+
+def weighted_sum(outputs: list[torch.Tensor]) -> Optional[torch.Tensor]:
+    """``sum_i w_i y_i`` with a fixed ramp ``w`` in [-1, 1], or None when nothing requires grad.
+
+    A ramp rather than a plain sum, so that no grad vanishes by symmetry (the grads
+    of a normalization's affine terms under a plain sum, for example).
+    """
+    terms = []
+    for y in outputs:
+        if y.requires_grad:
+            ramp = torch.linspace(-1.0, 1.0, y.numel(), device=y.device, dtype=torch.float32).reshape(y.shape)
+            terms.append((y.float() * ramp).sum())
+    return torch.stack(terms).sum() if terms else None
+
+
+def named_tensors(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """Parameters and buffers by their first name (each object once)."""
+    tensors = dict(module.named_parameters())
+    tensors.update(dict(module.named_buffers()))
+    return tensors
+
+
+def alias_structure(module: torch.nn.Module) -> list[tuple[str, ...]]:
+    """Which names share a tensor: every name of every parameter and buffer, grouped by object.
+
+    Two modules with equal structures agree on every alias (``a is b``) and on every
+    non-alias (``a is not b``).
+    """
+    groups: dict[int, list[str]] = {}
+    named = list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False))
+    for name, tensor in named:
+        groups.setdefault(id(tensor), []).append(name)
+    return sorted(tuple(sorted(names)) for names in groups.values())
+
+
+def shared_aliases(structure: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    return [group for group in structure if len(group) > 1]
+
+
+def max_difference(a: torch.Tensor, b: torch.Tensor) -> str:
+    try:
+        return f"{(a.detach().double() - b.detach().double()).abs().max().item():.3g}"
+    except Exception:  # noqa: BLE001  (quantized or empty tensors)
+        return "n/a"
+
+
+def bit_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same dtype, shape and bytes (NaNs with equal bits compare equal)."""
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    try:
+        return torch.equal(a.detach().contiguous().view(torch.uint8), b.detach().contiguous().view(torch.uint8))
+    except (RuntimeError, TypeError):
+        return bool(torch.equal(a.detach(), b.detach()))
+
+
+def compare_tensors(
+    actual: dict[str, Optional[torch.Tensor]],
+    expected: dict[str, Optional[torch.Tensor]],
+    *,
+    what: str = "",
+    device: Optional[torch.device] = None,
+) -> list[str]:
+    """The differences between two ``{name: tensor}`` maps, one sentence each (empty: bit-identical).
+
+    Args:
+        actual: the tensors observed (``None`` for a missing grad).
+        expected: the tensors they must equal.
+        what: how the sentences name the tensors, for example ``"grad of"``.
+        device: where every actual tensor must be (not checked when ``None``).
+    """
+    problems = []
+    if actual.keys() != expected.keys():
+        problems.append(f"{what} names differ: {sorted(actual)} vs {sorted(expected)}".lstrip())
+    for name in sorted(actual.keys() & expected.keys()):
+        a, e, label = actual[name], expected[name], f"{what} {name}".lstrip()
+        if a is None or e is None:
+            if (a is None) != (e is None):
+                problems.append(f"{label} is {'missing' if a is None else 'present but not expected'}")
+        elif device is not None and a.device != device:
+            problems.append(f"{label} is on {a.device}, expected {device}")
+        elif a.dtype != e.dtype or a.shape != e.shape:
+            problems.append(f"{label} is {a.dtype}{list(a.shape)}, expected {e.dtype}{list(e.shape)}")
+        elif not bit_equal(a, e):
+            problems.append(f"{label} differs (max |diff| {max_difference(a, e)})")
+    return problems
+
+
+def grads(module: torch.nn.Module) -> dict[str, Optional[torch.Tensor]]:
+    """``{name: parameter.grad}``, each parameter once."""
+    return {name: p.grad for name, p in module.named_parameters()}
+
+
+def alias_changes(before: list[tuple[str, ...]], after: list[tuple[str, ...]]) -> list[str]:
+    """How the alias structure changed: names that came apart, and names that became one object."""
+    changes = []
+    for group in shared_aliases(before):
+        if not any(set(group) <= set(other) for other in after):
+            changes.append(f"{' = '.join(group)} came apart")
+    for group in shared_aliases(after):
+        if not any(set(group) <= set(other) for other in before):
+            changes.append(f"{' = '.join(group)} became one object")
+    return changes
+
+
+def describe_aliases(structure: list[tuple[str, ...]]) -> str:
+    shared = shared_aliases(structure)
+    if not shared:
+        return "no two names share a tensor"
+    return "aliases " + ", ".join(" = ".join(group) for group in shared)

@@ -1,0 +1,215 @@
+"""Lifecycle properties of deferred initialization: from ``meta`` to real, initialized parameters.
+
+Each check takes a :class:`~refops.testing.conformance_probe.Subject` and returns
+its evidence when the property holds, or raises ``Violation``, ``NotApplicable``
+or ``NotChecked`` (see :mod:`refops.testing.conformance_probe`). The materialized
+module is always compared with the module built directly on the target device
+under the same seed: values must be bit-identical, as in ``§1.4`` of the
+ecosystem notes (the best-in-class deferred-init contract).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .conformance_evidence import (
+    alias_changes,
+    alias_structure,
+    compare_tensors,
+    describe_aliases,
+    describe_exception,
+    grads,
+    named_tensors,
+    output_tensors,
+    plural,
+    weighted_sum,
+)
+from .conformance_probe import NotApplicable, Subject, Violation, over_paths
+
+__all__ = [
+    "zero_allocation_on_meta",
+    "eager_values_after_reset_parameters",
+    "eager_values_after_to_empty",
+    "eager_values_after_first_forward",
+    "identity_through_materialization",
+    "aliases_preserved",
+    "requires_grad_kept",
+]
+
+
+def zero_allocation_on_meta(s: Subject) -> str:
+    """Built on ``meta``, every parameter and buffer is a meta tensor and no device memory is allocated."""
+    cuda = s.device.type == "cuda"
+    before = torch.cuda.memory_allocated(s.device) if cuda else 0
+    module = s.meta()
+    allocated = torch.cuda.memory_allocated(s.device) - before if cuda else 0
+    params, buffers = dict(module.named_parameters()), dict(module.named_buffers())
+    if not params and not buffers:
+        raise NotApplicable("the module has no parameters or buffers")
+    real = sorted(f"{name} ({t.device})" for name, t in {**params, **buffers}.items() if not t.is_meta)
+    problems = [f"not on meta: {', '.join(real)}"] if real else []
+    if allocated:
+        problems.append(f"construction allocated {allocated} bytes on {s.device}")
+    if problems:
+        raise Violation("; ".join(problems))
+    memory = f"; memory_allocated({s.device}) unchanged" if cuda else ""
+    return f"all {plural(len(params), 'parameter')} and {plural(len(buffers), 'buffer')} are meta{memory}"
+
+
+def _eager_values(s: Subject, path: str) -> str:
+    eager = s.eager()
+    module = s.meta()
+    if not named_tensors(module):
+        raise NotApplicable("the module has no parameters or buffers")
+    ids = {name: id(p) for name, p in module.named_parameters()}
+    s.materialize(module, path)
+    problems = compare_tensors(named_tensors(module), named_tensors(eager), device=s.device)
+    if problems:
+        raise Violation(f"after {path}: " + "; ".join(problems))
+    replaced = sorted(name for name, p in module.named_parameters() if ids.get(name) != id(p))
+    note = ""
+    if replaced and path == "to_empty":
+        note = f"; to_empty replaced the objects of {', '.join(replaced)} (PyTorch's semantics)"
+    return f"{plural(len(named_tensors(module)), 'tensor')} bit-identical to eager construction on {s.device}{note}"
+
+
+def eager_values_after_reset_parameters(s: Subject) -> str:
+    """``reset_parameters()`` on the meta-built module gives the eager module's values, on the device."""
+    return _eager_values(s, "reset_parameters")
+
+
+def eager_values_after_to_empty(s: Subject) -> str:
+    """``to_empty(device)`` then ``reset_parameters()`` gives the eager module's values."""
+    return _eager_values(s, "to_empty")
+
+
+def eager_values_after_first_forward(s: Subject) -> str:
+    """The first forward materializes: parameters, outputs and grads equal the eager module's."""
+    args = s.fresh_inputs()
+    probe = s.meta()
+    if not named_tensors(probe):
+        raise NotApplicable("the module has no parameters or buffers")
+    eager = s.eager()
+    eager_outputs = s.forward_backward(eager, args)
+    module = s.meta()
+    outputs = s.materialize(module, "first_forward", s.fresh_inputs())
+    loss = weighted_sum(outputs)
+    try:
+        if loss is not None:
+            loss.backward()
+    except Exception as error:  # noqa: BLE001  (the seed's bug surfaces here)
+        raise Violation(f"backward after the first forward raised {describe_exception(error)}") from error
+    problems = compare_tensors(named_tensors(module), named_tensors(eager), what="tensor", device=s.device)
+    problems += compare_tensors(
+        {f"#{i}": y.detach() for i, y in enumerate(outputs)}, {f"#{i}": y for i, y in enumerate(eager_outputs)},
+        what="output",
+    )
+    problems += compare_tensors(grads(module), grads(eager), what="grad of", device=s.device)
+    if problems:
+        raise Violation("; ".join(problems))
+    return f"parameters, {plural(len(outputs), 'output')} and grads bit-identical to eager construction"
+
+
+def identity_through_materialization(s: Subject) -> str:
+    """Materializing in place keeps every parameter object, so an optimizer built before holds the live ones."""
+
+    def check(path: str) -> str:
+        module = s.meta()
+        before = dict(module.named_parameters())
+        if not before:
+            raise NotApplicable("the module has no parameters")
+        optimizer = torch.optim.SGD(module.parameters(), lr=0.0)
+        args = s.fresh_inputs() if path == "first_forward" else ()
+        s.materialize(module, path, args)
+        after = dict(module.named_parameters())
+        replaced = [f"{n} (id {id(p):#x} -> {id(after.get(n)):#x})" for n, p in before.items() if after.get(n) is not p]
+        held = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        orphaned = sorted(n for n, p in after.items() if id(p) not in held)
+        problems = [f"replaced {', '.join(replaced)}"] if replaced else []
+        if orphaned:
+            problems.append(f"the optimizer built before holds stale objects for {', '.join(orphaned)}")
+        if problems:
+            raise Violation("; ".join(problems))
+        return f"{plural(len(before), 'parameter id')} unchanged, the optimizer built before holds them"
+
+    try:
+        return over_paths(["reset_parameters", "first_forward"], check)
+    except NotApplicable as error:
+        if not list(s.meta().parameters()):
+            raise
+        raise NotApplicable(
+            f"{error}. The module has no in-place materialization path; its to_empty() creates new "
+            "parameter objects by PyTorch's definition (build optimizers after materializing)"
+        ) from error
+
+
+def aliases_preserved(s: Subject) -> str:
+    """Names that share a tensor keep sharing it, and no new sharing appears, through every materialization."""
+
+    def check(path: str) -> str:
+        module = s.meta()
+        if not named_tensors(module):
+            raise NotApplicable("the module has no parameters or buffers")
+        before = alias_structure(module)
+        args = s.fresh_inputs() if path == "first_forward" else ()
+        s.materialize(module, path, args)
+        changes = alias_changes(before, alias_structure(module))
+        if changes:
+            raise Violation("; ".join(changes))
+        return f"kept ({describe_aliases(before)})"
+
+    return over_paths(["reset_parameters", "to_empty", "first_forward"], check)
+
+
+def _parameters_to_freeze(module: torch.nn.Module) -> list[str]:
+    """The parameters owned by the first module that owns some itself (not as an alias of a child's).
+
+    Freezing a whole owner keeps ops valid whose parameters must agree on
+    ``requires_grad`` (``GroupedLinear``).
+    """
+    for prefix, sub in module.named_modules():
+        inherited = {id(p) for child in sub.children() for p in child.parameters()}
+        own = [name for name, p in sub.named_parameters(recurse=False) if id(p) not in inherited]
+        if own:
+            return [f"{prefix}.{name}" if prefix else name for name in own]
+    return []
+
+
+def requires_grad_kept(s: Subject) -> str:
+    """``requires_grad=False`` set on a meta parameter survives materialization; that parameter gets no grad."""
+
+    def check(path: str) -> str:
+        module = s.meta()
+        frozen = _parameters_to_freeze(module)
+        if not frozen:
+            raise NotApplicable("the module has no parameters")
+        named = dict(module.named_parameters(remove_duplicate=False))
+        for name in frozen:
+            named[name].requires_grad_(False)
+        args = s.fresh_inputs(input_requires_grad=True) if path == "first_forward" else ()
+        outputs = s.materialize(module, path, args)
+        if path != "first_forward" and s.inputs is not None:
+            outputs = output_tensors(module(*s.fresh_inputs(input_requires_grad=True)))
+        loss = weighted_sum(outputs)
+        try:
+            if loss is not None:
+                loss.backward()
+        except Exception as error:  # noqa: BLE001  (any failure is evidence)
+            raise Violation(f"backward raised {describe_exception(error)}") from error
+        named = dict(module.named_parameters(remove_duplicate=False))
+        flipped = [n for n in frozen if named[n].requires_grad]
+        problems = [f"requires_grad became True on {', '.join(flipped)}"] if flipped else []
+        got_grad = [n for n in frozen if named[n].grad is not None]
+        if got_grad:
+            problems.append(f"frozen {', '.join(got_grad)} received a grad")
+        if loss is not None:
+            missing = sorted(n for n, p in module.named_parameters() if p.requires_grad and p.grad is None)
+            if missing:
+                problems.append(f"trainable {', '.join(missing)} received no grad")
+        if problems:
+            raise Violation("; ".join(problems))
+        ran = " and received no grad" if loss is not None else ""
+        return f"{', '.join(frozen)} stayed frozen{ran}"
+
+    return over_paths(["reset_parameters", "to_empty", "first_forward"], check)
+

@@ -1,0 +1,185 @@
+"""What the lifecycle checks share: the module under test, its materialization paths, their outcomes.
+
+A :class:`Subject` holds the factory ``f(device) -> torch.nn.Module``, the
+target device, the forward inputs and the seed. A module built on ``meta`` can
+be materialized along three paths:
+
+* ``reset_parameters``: ``module.reset_parameters()`` alone (refops' explicit entry point);
+* ``to_empty``: ``module.to_empty(device=d)`` then ``module.reset_parameters()``
+  (PyTorch's convention, which every module is expected to follow);
+* ``first_forward``: calling the module on real inputs (refops' lazy path, like
+  ``pre_first_fuser_forward`` in TransformerEngine).
+
+Modules that contain a refops op are expected to support all three. Other
+modules are expected to support ``to_empty`` only; when the other two raise or
+leave every parameter on ``meta``, the path is reported as not applicable
+rather than violated, because that is PyTorch's documented behaviour.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Optional
+
+import torch
+
+from .conformance_evidence import describe_exception, named_tensors, output_tensors, weighted_sum
+
+__all__ = ["Subject", "Violation", "NotApplicable", "NotChecked", "PATHS", "over_paths"]
+
+#: The materialization paths, and how the evidence names them.
+PATHS: dict[str, str] = {
+    "reset_parameters": "reset_parameters() on the meta-built module",
+    "to_empty": "to_empty() + reset_parameters() on the meta-built module",
+    "first_forward": "the first forward of the meta-built module",
+}
+
+
+class Violation(Exception):
+    """The property does not hold; the message is the evidence."""
+
+
+class NotApplicable(Exception):
+    """The property (or one path of it) does not apply; the message says why."""
+
+
+class NotChecked(Exception):
+    """The property needs something that was not given (forward inputs); the message says what."""
+
+
+@dataclasses.dataclass
+class Subject:
+    """The module factory under test and everything needed to exercise it."""
+
+    #: Builds the module on the device it is given.
+    factory: Callable[[torch.device], torch.nn.Module]
+    #: The real device to materialize on.
+    device: torch.device
+    #: The forward arguments, drawn once; every run gets fresh clones.
+    inputs: Optional[tuple[Any, ...]]
+    #: The RNG seed used before every construction and materialization.
+    seed: int
+    #: Whether the module is expected to materialize by itself (``reset_parameters``
+    #: and ``first_forward``); ``None`` means "when it contains a refops op".
+    lazy: Optional[bool] = None
+
+    # ----------------------------------------------------------- construction
+    def build(self, device: torch.device | str, seed: Optional[int] = None) -> torch.nn.Module:
+        """The factory's module on ``device``, built right after seeding with ``seed`` (when given)."""
+        if seed is not None:
+            torch.manual_seed(seed)
+        return self.factory(torch.device(device))
+
+    def eager(self, seed_offset: int = 0) -> torch.nn.Module:
+        """The module built directly on the target device under ``seed + seed_offset``."""
+        return self.build(self.device, self.seed + seed_offset)
+
+    def meta(self) -> torch.nn.Module:
+        """The module built on ``meta`` (no seeding: construction on meta draws no random numbers)."""
+        return self.build("meta")
+
+    def expects_lazy(self, module: torch.nn.Module) -> bool:
+        """Whether failing to materialize through ``reset_parameters`` or the first forward is a violation."""
+        if self.lazy is not None:
+            return self.lazy
+        from ..ops.op import FusibleOperation
+
+        return any(isinstance(m, FusibleOperation) for m in module.modules())
+
+    # ---------------------------------------------------------------- running
+    def fresh_inputs(self, *, input_requires_grad: bool = False) -> tuple[Any, ...]:
+        """Clones of the inputs; optionally the first floating-point one requires grad."""
+        if self.inputs is None:
+            raise NotChecked("needs inputs=... to run forward and backward")
+        args, marked = [], False
+        for arg in self.inputs:
+            if isinstance(arg, torch.Tensor):
+                arg = arg.detach().clone()
+                if input_requires_grad and not marked and arg.is_floating_point():
+                    arg.requires_grad_(True)
+                    marked = True
+            args.append(arg)
+        return tuple(args)
+
+    def forward_backward(self, module: torch.nn.Module, args: tuple[Any, ...]) -> list[torch.Tensor]:
+        """Run forward, then backward of a fixed weighting of the outputs when any requires grad.
+
+        Returns the detached floating-point outputs.
+        """
+        outputs = output_tensors(module(*args))
+        loss = weighted_sum(outputs)
+        if loss is not None:
+            loss.backward()
+        return [t.detach() for t in outputs]
+
+    def materialize(self, module: torch.nn.Module, path: str, args: tuple[Any, ...] = ()) -> list[torch.Tensor]:
+        """Materialize the meta-built ``module`` along ``path`` after seeding.
+
+        Returns the outputs of the first forward, still attached to the autograd
+        graph (an empty list for the other paths); the caller runs backward.
+
+        Raises:
+            Violation: the path is expected to work and it raised or left tensors on meta.
+            NotApplicable: the module does not use this path (see the module docstring).
+        """
+        name = type(module).__name__
+        if path != "first_forward" and not callable(getattr(module, "reset_parameters", None)):
+            raise NotApplicable(f"{name} defines no reset_parameters()")
+        expected = path == "to_empty" or self.expects_lazy(module)
+        torch.manual_seed(self.seed)
+        outputs: list[torch.Tensor] = []
+        try:
+            if path == "to_empty":
+                module.to_empty(device=self.device)
+            if path == "first_forward":
+                outputs = output_tensors(module(*args))
+            else:
+                module.reset_parameters()
+        except Exception as error:  # noqa: BLE001  (any failure is evidence)
+            if expected:
+                raise Violation(f"{PATHS[path]} raised {describe_exception(error)}") from error
+            raise NotApplicable(
+                f"{name} does not materialize through {PATHS[path]} (it raised {describe_exception(error)}); "
+                "PyTorch modules materialize through to_empty()"
+            ) from error
+        left = sorted(n for n, t in named_tensors(module).items() if t.is_meta)
+        if left and not expected and len(left) == len(named_tensors(module)):
+            raise NotApplicable(
+                f"{PATHS[path]} leaves every tensor of {name} on meta (PyTorch's convention: "
+                "materialize with to_empty() first)"
+            )
+        if left:
+            raise Violation(f"{PATHS[path]} left {', '.join(left)} on meta")
+        return outputs
+
+
+def over_paths(paths: list[str], check_path: Callable[[str], str]) -> str:
+    """Check one property along several materialization paths and combine the outcomes.
+
+    ``check_path(path)`` returns the evidence when the property holds on that path,
+    or raises :class:`Violation`, :class:`NotApplicable` or :class:`NotChecked`.
+    Any violation makes the property violated; otherwise it holds when it held on
+    at least one path, and the evidence says which paths did not apply.
+    """
+    held, violated, skipped, unchecked = [], [], [], []
+    for path in paths:
+        try:
+            held.append(f"{path}: {check_path(path)}")
+        except Violation as error:
+            violated.append(f"{path}: {error}")
+        except NotApplicable as error:
+            skipped.append((path, str(error)))
+        except NotChecked as error:
+            unchecked.append((path, str(error)))
+    if violated:
+        raise Violation("; ".join(violated))
+    if held:
+        notes = [f"not applicable on {', '.join(p for p, _ in skipped)}"] if skipped else []
+        notes += [f"{p} not checked ({why})" for p, why in unchecked]
+        return "; ".join(held) + (f" [{'; '.join(notes)}]" if notes else "")
+    if unchecked:
+        raise NotChecked("; ".join(f"{p}: {why}" for p, why in unchecked))
+    reasons = {why for _, why in skipped}
+    if len(reasons) == 1:
+        raise NotApplicable(reasons.pop())
+    raise NotApplicable("; ".join(f"{p}: {why}" for p, why in skipped))

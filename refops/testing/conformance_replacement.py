@@ -1,0 +1,232 @@
+"""Lifecycle properties of parameter replacement: assignment, loading, copying and checkpoints.
+
+Every check here swaps parameter objects under a module that has already run
+(or could run) a forward, and then asks whether the module still computes with,
+and puts grads on, the objects that ``named_parameters()`` reports. This is the
+class of bug refops exists for: TransformerEngine's fuser cached its parameter
+list once, so after materialization replaced the objects, grads went to stale
+meta tensors (TE issue 3322).
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+from typing import Optional
+
+import torch
+
+from .conformance_evidence import (
+    alias_changes,
+    alias_structure,
+    bit_equal,
+    compare_tensors,
+    describe_aliases,
+    describe_exception,
+    grads,
+    max_difference,
+    named_tensors,
+    plural,
+)
+from .conformance_probe import NotApplicable, Subject, Violation
+
+__all__ = [
+    "no_stale_cache_after_replacement",
+    "load_state_dict_assign_into_meta",
+    "deepcopy_keeps_aliases_and_shares_nothing",
+    "checkpoint_round_trip",
+]
+
+
+def _trainable(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    params = dict(module.named_parameters())
+    if not params:
+        raise NotApplicable("the module has no parameters")
+    if not any(p.requires_grad for p in params.values()):
+        raise NotApplicable("no parameter requires grad")
+    return params
+
+
+def _run(s: Subject, module: torch.nn.Module, what: str, *, backward: bool = True) -> dict[str, torch.Tensor]:
+    """Forward (and backward) under a fixed seed; a failure is a violation naming ``what``.
+
+    Returns the outputs as ``{"#0": y0, ...}``.
+    """
+    args = s.fresh_inputs()
+    torch.manual_seed(s.seed + 1)
+    try:
+        with torch.set_grad_enabled(backward):
+            outputs = s.forward_backward(module, args)
+    except Exception as error:  # noqa: BLE001  (any failure is evidence)
+        step = "forward/backward" if backward else "forward"
+        raise Violation(f"{step} {what} raised {describe_exception(error)}") from error
+    return {f"#{i}": y for i, y in enumerate(outputs)}
+
+
+def _replacement_targets(module: torch.nn.Module, deepest: bool) -> list[tuple[str, str, torch.nn.Parameter]]:
+    """``(first name, name to replace through, parameter)`` for every parameter object.
+
+    The first name is the one ``named_parameters()`` reports (for a container, its
+    alias); the deepest is the owner's own name (``basic_ops.0.weight``).
+    """
+    groups: dict[int, list[str]] = {}
+    objects: dict[int, torch.nn.Parameter] = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        groups.setdefault(id(p), []).append(name)
+        objects[id(p)] = p
+    targets = []
+    for key, names in groups.items():
+        through = max(reversed(names), key=lambda n: n.count(".")) if deepest else names[0]
+        targets.append((names[0], through, objects[key]))
+    return targets
+
+
+def _replace(module: torch.nn.Module, how: str) -> list[tuple[str, str, torch.nn.Parameter, torch.nn.Parameter]]:
+    """Replace every parameter by a new object with the same values; returns ``(name, through, old, new)``."""
+    replaced = []
+    for name, through, old in _replacement_targets(module, deepest=how == "register_parameter"):
+        new = torch.nn.Parameter(old.detach().clone(), requires_grad=old.requires_grad)
+        owner_path, _, leaf = through.rpartition(".")
+        owner = module.get_submodule(owner_path)
+        if how == "setattr":
+            setattr(owner, leaf, new)
+        else:
+            owner.register_parameter(leaf, new)
+        replaced.append((name, through, old, new))
+    return replaced
+
+
+def no_stale_cache_after_replacement(s: Subject) -> str:
+    """After a first forward, parameters replaced by ``setattr`` or ``register_parameter`` get the grads."""
+    module = s.eager()
+    _trainable(module)
+    _run(s, module, "before replacement")
+    reference = {name: g.clone() for name, g in grads(module).items() if g is not None}
+    problems, done = [], []
+    for how in ("setattr", "register_parameter"):
+        module.zero_grad(set_to_none=True)
+        replaced = _replace(module, how)
+        try:
+            _run(s, module, f"after {how}")
+        except Violation as error:
+            problems.append(str(error))
+            continue
+        current = dict(module.named_parameters())
+        for name, through, old, new in replaced:
+            if current.get(name) is not new:
+                problems.append(f"after {how}({through}), {name} still names the old object")
+            if new.requires_grad and new.grad is None:
+                problems.append(f"after {how}({through}) the new {name} got no grad")
+            elif new.grad is not None and name in reference and not bit_equal(new.grad, reference[name]):
+                diff = max_difference(new.grad, reference[name])
+                problems.append(f"after {how}({through}) the grad of {name} changed (max |diff| {diff})")
+            if old.grad is not None:
+                problems.append(f"after {how}({through}) the replaced {name} (id {id(old):#x}) got a grad")
+        done.append(f"{how}({', '.join(through for _, through, _, _ in replaced)})")
+    if problems:
+        raise Violation("; ".join(problems))
+    return f"grads landed on the new parameters only, equal to the grads before, after {' and '.join(done)}"
+
+
+def load_state_dict_assign_into_meta(s: Subject) -> str:
+    """``load_state_dict(state, assign=True)`` into a meta-built module materializes it and keeps aliases."""
+    source = s.eager(seed_offset=1)
+    _trainable(source)
+    state = {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in source.state_dict().items()}
+    module = s.meta()
+    before = alias_structure(module)
+    try:
+        module.load_state_dict(state, assign=True)
+    except Exception as error:  # noqa: BLE001
+        raise Violation(f"load_state_dict(assign=True) raised {describe_exception(error)}") from error
+    problems = compare_tensors(named_tensors(module), named_tensors(source), what="tensor", device=s.device)
+    problems += alias_changes(before, alias_structure(module))
+    ran = ""
+    if s.inputs is not None:
+        outputs = _run(s, module, "after loading")
+        expected = _run(s, source, "of the source")
+        problems += compare_tensors(outputs, expected, what="output")
+        problems += compare_tensors(grads(module), grads(source), what="grad of", device=s.device)
+        ran = "; forward and backward match the source and grads land on the loaded parameters"
+    if problems:
+        raise Violation("; ".join(problems))
+    return f"{plural(len(named_tensors(module)), 'tensor')} loaded bit-identically; {describe_aliases(before)}{ran}"
+
+
+def _storage_key(t: torch.Tensor) -> Optional[tuple]:
+    if t.is_meta or t.numel() == 0:
+        return None
+    try:
+        return (t.device, t.untyped_storage().data_ptr())
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def deepcopy_keeps_aliases_and_shares_nothing(s: Subject) -> str:
+    """``copy.deepcopy`` keeps the alias structure and shares no tensor object or storage with the original."""
+    module = s.eager()
+    if not named_tensors(module):
+        raise NotApplicable("the module has no parameters or buffers")
+    if s.inputs is not None:
+        _run(s, module, "of the original")
+        module.zero_grad(set_to_none=True)
+    clone = copy.deepcopy(module)
+    problems = alias_changes(alias_structure(module), alias_structure(clone))
+    originals, copies = named_tensors(module), named_tensors(clone)
+    shared = sorted(n for n, t in copies.items() if any(t is o for o in originals.values()))
+    if shared:
+        problems.append(f"the copy shares the objects of {', '.join(shared)}")
+    storages = {_storage_key(t) for t in originals.values()} - {None}
+    shared_storage = sorted(n for n, t in copies.items() if _storage_key(t) in storages)
+    if shared_storage:
+        problems.append(f"the copy shares the storage of {', '.join(shared_storage)}")
+    problems += compare_tensors(copies, originals, what="copied tensor")
+    ran = ""
+    if s.inputs is not None:
+        outputs = _run(s, clone, "of the copy")
+        expected = _run(s, module, "of the original", backward=False)
+        problems += compare_tensors(outputs, expected, what="output")
+        missing = sorted(n for n, p in clone.named_parameters() if p.requires_grad and p.grad is None)
+        leaked = sorted(n for n, p in module.named_parameters() if p.grad is not None)
+        if missing:
+            problems.append(f"the copy's {', '.join(missing)} got no grad")
+        if leaked:
+            problems.append(f"backward through the copy put grads on the original's {', '.join(leaked)}")
+        ran = "; backward through the copy puts grads on the copy only"
+    if problems:
+        raise Violation("; ".join(problems))
+    return f"{plural(len(copies), 'tensor')} copied, none shared; {describe_aliases(alias_structure(clone))}{ran}"
+
+
+def checkpoint_round_trip(s: Subject) -> str:
+    """``state_dict`` through ``torch.save`` and ``torch.load(weights_only=True)`` into a fresh module is exact."""
+    source = s.eager()
+    if not source.state_dict():
+        raise NotApplicable("the module's state_dict is empty")
+    with torch.no_grad():
+        for p in source.parameters():
+            if p.is_floating_point():
+                p.add_(torch.randn_like(p))  # values no initializer produces, so a silent no-op load shows
+    buffer = io.BytesIO()
+    torch.save(source.state_dict(), buffer)
+    buffer.seek(0)
+    try:
+        state = torch.load(buffer, weights_only=True)
+        target = s.eager(seed_offset=2)
+        target.load_state_dict(state)
+    except Exception as error:  # noqa: BLE001
+        raise Violation(f"saving and loading raised {describe_exception(error)}") from error
+    expected = {k: v for k, v in source.state_dict().items() if isinstance(v, torch.Tensor)}
+    loaded = {k: v for k, v in target.state_dict().items() if isinstance(v, torch.Tensor)}
+    problems = compare_tensors(loaded, expected, what="state")
+    problems += compare_tensors(named_tensors(target), named_tensors(source), what="tensor")
+    ran = ""
+    if s.inputs is not None:
+        outputs = _run(s, target, "of the loaded module", backward=False)
+        reference = _run(s, source, "of the source", backward=False)
+        problems += compare_tensors(outputs, reference, what="output")
+        ran = " and outputs"
+    if problems:
+        raise Violation("; ".join(problems))
+    entries = plural(len(expected), "state entry", "state entries")
+    return f"{entries}, parameters{ran} bit-identical after the round trip"

@@ -1,0 +1,46 @@
+"""Recipes by name, as TransformerEngine's tests build them (``make_recipe``)."""
+
+from __future__ import annotations
+
+from ..recipe import (
+    DelayedScaling,
+    Float8BlockScaling,
+    Float8CurrentScaling,
+    Format,
+    MXFP8BlockScaling,
+    NVFP4BlockScaling,
+    Recipe,
+)
+
+__all__ = ["RECIPE_NAMES", "make_recipe"]
+
+#: Every recipe name :func:`make_recipe` knows, FP8 first.
+RECIPE_NAMES = (
+    "fp8_delayed_scaling",
+    "fp8_current_scaling",
+    "mxfp8",
+    "fp8_block_scaling",
+    "nvfp4",
+    "nvfp4_4over6",
+)
+
+
+def make_recipe(name: str) -> Recipe:
+    """TE's test recipes: E4M3 FP8 (delayed with a history of 8), and NVFP4 without RHT or SR."""
+    if name == "fp8_delayed_scaling":
+        return DelayedScaling(fp8_format=Format.E4M3, amax_history_len=8)
+    if name == "fp8_current_scaling":
+        return Float8CurrentScaling(fp8_format=Format.E4M3)
+    if name == "mxfp8":
+        return MXFP8BlockScaling(fp8_format=Format.E4M3)
+    if name == "fp8_block_scaling":
+        return Float8BlockScaling()
+    if name in ("nvfp4", "nvfp4_4over6"):
+        four_over_six = name == "nvfp4_4over6"
+        return NVFP4BlockScaling(
+            disable_rht=True,
+            disable_stochastic_rounding=True,
+            disable_2d_quantization=not four_over_six,
+            nvfp4_4over6="all" if four_over_six else "none",
+        )
+    raise ValueError(f"unknown recipe name {name!r}; known: {RECIPE_NAMES}")

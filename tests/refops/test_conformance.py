@@ -1,0 +1,284 @@
+"""The lifecycle conformance check: exact verdicts on PyTorch, on refops, and on deliberately broken modules.
+
+``torch.nn.Linear`` keeps every property PyTorch's conventions promise, and the
+report says precisely where it legitimately differs from refops (it does not
+materialize by itself, and ``to_empty`` replaces parameter objects). Every
+param-owning refops op holds every property. Two broken modules show that the
+check catches real bugs: one caches its parameters the way TransformerEngine's
+fuser did before PR 3327 (issue 3322), one re-initializes differently from its
+constructor (TE issue 2528).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import refops as te
+from refops.ops.basic.basic_linear import BasicLinear
+from refops.ops.basic.grouped_linear import GroupedLinear
+from refops.ops.basic.layer_norm import LayerNorm
+from refops.testing import LifecycleReport, Status, check_lifecycle
+from refops.testing.conformance import PROPERTIES
+
+HELD, VIOLATED = Status.HELD, Status.VIOLATED
+NOT_CHECKED, NOT_APPLICABLE = Status.NOT_CHECKED, Status.NOT_APPLICABLE
+FORWARD_DEPENDENT = ["eager_values_after_first_forward", "no_stale_cache_after_replacement"]
+
+
+def _x(*shape, dtype=torch.float32):
+    return lambda device: (torch.randn(*shape, device=device, dtype=dtype),)
+
+
+def _statuses(report: LifecycleReport) -> dict[str, Status]:
+    assert list(report.statuses) == list(PROPERTIES), "every property is reported, in order"
+    return report.statuses
+
+
+# ------------------------------------------------------------------ plain torch
+NN_LINEAR = {
+    "zero_allocation_on_meta": HELD,
+    "eager_values_after_reset_parameters": NOT_APPLICABLE,
+    "eager_values_after_to_empty": HELD,
+    "eager_values_after_first_forward": NOT_APPLICABLE,
+    "identity_through_materialization": NOT_APPLICABLE,
+    "aliases_preserved": HELD,
+    "requires_grad_kept": HELD,
+    "no_stale_cache_after_replacement": HELD,
+    "load_state_dict_assign_into_meta": HELD,
+    "deepcopy_keeps_aliases_and_shares_nothing": HELD,
+    "checkpoint_round_trip": HELD,
+}
+
+
+def test_nn_linear_keeps_pytorch_conventions_and_the_report_says_where_it_differs(device):
+    report = check_lifecycle(lambda d: torch.nn.Linear(16, 8, device=d), device=device, inputs=_x(4, 16))
+    assert _statuses(report) == NN_LINEAR
+    assert report.ok and report.violations == []
+    report.assert_ok()
+    assert "leaves every tensor of Linear on meta" in report["eager_values_after_reset_parameters"].evidence
+    assert "to_empty replaced the objects of bias, weight" in report["eager_values_after_to_empty"].evidence
+    first = report["eager_values_after_first_forward"].evidence
+    assert "does not materialize through the first forward" in first and "RuntimeError" in first
+    assert "to_empty() creates new parameter objects" in report["identity_through_materialization"].evidence
+    assert "to_empty: weight, bias stayed frozen and received no grad" in report["requires_grad_kept"].evidence
+    assert "not applicable on reset_parameters, first_forward" in report["requires_grad_kept"].evidence
+
+
+def test_without_inputs_the_forward_dependent_properties_are_not_checked(device):
+    report = check_lifecycle(lambda d: torch.nn.Linear(16, 8, device=d), device=device)
+    expected = dict(NN_LINEAR)
+    expected.update({name: NOT_CHECKED for name in FORWARD_DEPENDENT + ["identity_through_materialization"]})
+    assert _statuses(report) == expected
+    assert "needs inputs" in report["no_stale_cache_after_replacement"].evidence
+    assert "first_forward not checked" in report["aliases_preserved"].evidence
+
+
+def test_declaring_nn_linear_lazy_turns_its_differences_into_violations(device):
+    report = check_lifecycle(lambda d: torch.nn.Linear(4, 3, device=d), device=device, inputs=_x(2, 4), lazy=True)
+    assert [r.name for r in report.violations] == [
+        "eager_values_after_reset_parameters",
+        "eager_values_after_first_forward",
+        "identity_through_materialization",
+        "aliases_preserved",
+        "requires_grad_kept",
+    ]
+    assert "left bias, weight on meta" in report["eager_values_after_reset_parameters"].evidence
+
+
+def test_a_module_without_parameters_is_not_applicable_everywhere(device):
+    report = check_lifecycle(lambda d: torch.nn.GELU(), device=device, inputs=_x(2, 4))
+    assert set(_statuses(report).values()) == {NOT_APPLICABLE}
+    assert report.ok
+    assert report["zero_allocation_on_meta"].evidence == "the module has no parameters or buffers"
+
+
+def test_tied_weights_coming_apart_under_to_empty_are_reported(device):
+    class Tied(torch.nn.Module):
+        def __init__(self, device):
+            super().__init__()
+            self.encoder = torch.nn.Linear(4, 4, bias=False, device=device)
+            self.decoder = torch.nn.Linear(4, 4, bias=False, device=device)
+            self.decoder.weight = self.encoder.weight
+
+        def reset_parameters(self):
+            self.encoder.reset_parameters()
+
+        def forward(self, x):
+            return self.decoder(self.encoder(x))
+
+    report = check_lifecycle(Tied, device=device, inputs=_x(2, 4))
+    assert report["aliases_preserved"].status is VIOLATED
+    assert "to_empty: decoder.weight = encoder.weight came apart" in report["aliases_preserved"].evidence
+    assert report["deepcopy_keeps_aliases_and_shares_nothing"].status is HELD
+
+
+# ----------------------------------------------------------------------- refops
+REFOPS_CASES = {
+    "Linear": (lambda d, t: te.ops.Linear(16, 8, device=d, dtype=t), lambda t: _x(4, 16, dtype=t)),
+    "BasicLinear": (lambda d, t: BasicLinear(16, 8, device=d, dtype=t), lambda t: _x(2, 3, 16, dtype=t)),
+    "LayerNorm": (lambda d, t: LayerNorm(16, device=d, dtype=t), lambda t: _x(4, 16, dtype=t)),
+    "GroupedLinear": (
+        lambda d, t: GroupedLinear(4, 16, 8, device=d, dtype=t),
+        lambda t: lambda device: (torch.randn(12, 16, device=device, dtype=t), torch.tensor([3, 0, 5, 4])),
+    ),
+    "Sequential": (
+        lambda d, t: te.ops.Sequential(LayerNorm(16, device=d, dtype=t), te.ops.Linear(16, 8, device=d, dtype=t)),
+        lambda t: _x(4, 16, dtype=t),
+    ),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", list(REFOPS_CASES))
+def test_refops_ops_hold_every_property(name, dtype, device):
+    build, inputs = REFOPS_CASES[name]
+    report = check_lifecycle(lambda d: build(d, dtype), device=device, inputs=inputs(dtype), seed=3)
+    assert report.subject == name
+    assert _statuses(report) == {p: HELD for p in PROPERTIES}, str(report)
+    report.assert_ok()
+
+
+def test_refops_evidence_names_the_aliases_and_the_paths(device):
+    report = check_lifecycle(lambda d: te.ops.Linear(4, 3, device=d), device=device, inputs=_x(2, 4))
+    aliases = report["aliases_preserved"].evidence
+    for path in ("reset_parameters", "to_empty", "first_forward"):
+        assert f"{path}: kept (aliases basic_ops.0.weight = weight, basic_ops.1.bias = bias)" in aliases
+    identity = report["identity_through_materialization"].evidence
+    assert identity.count("2 parameter ids unchanged, the optimizer built before holds them") == 2
+    replaced = report["no_stale_cache_after_replacement"].evidence
+    assert "setattr(weight, bias)" in replaced
+    assert "register_parameter(basic_ops.0.weight, basic_ops.1.bias)" in replaced
+
+
+def test_check_restores_the_callers_rng_state(device):
+    torch.manual_seed(99)
+    expected = torch.rand(3)
+    torch.manual_seed(99)
+    check_lifecycle(lambda d: BasicLinear(4, 3, device=d), device=device, inputs=_x(2, 4))
+    assert torch.equal(torch.rand(3), expected)
+
+
+def test_meta_is_not_a_target_device():
+    with pytest.raises(ValueError, match="must be a real device"):
+        check_lifecycle(lambda d: torch.nn.Linear(2, 2, device=d), device="meta")
+
+
+# ---------------------------------------------------------------- broken modules
+class _SnapshotLinearFunction(torch.autograd.Function):
+    """Computes with the module's *current* parameters but returns grads for the snapshot it was given."""
+
+    @staticmethod
+    def forward(ctx, x, module, *snapshot):
+        ctx.save_for_backward(x)
+        ctx.module = module
+        return x @ module.weight.t() + module.bias
+
+    @staticmethod
+    def backward(ctx, dy):
+        (x,) = ctx.saved_tensors
+        return dy @ ctx.module.weight, None, dy.t() @ x, dy.sum(0)
+
+
+class SnapshotLinear(torch.nn.Module):
+    """The seed's bug in miniature: parameters cached once, materialization makes new objects."""
+
+    def __init__(self, in_features: int, out_features: int, device=None):
+        super().__init__()
+        device = torch.device(device if device is not None else "cpu")
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device))
+        self.bias = torch.nn.Parameter(torch.empty(out_features, device=device))
+        if device.type != "meta":
+            self.reset_parameters()
+        self._snapshot = list(self.parameters())  # cached at construction, never refreshed
+
+    def reset_parameters(self):
+        device = torch.get_default_device() if self.weight.is_meta else self.weight.device
+        weight = torch.empty(self.weight.shape, device=device)
+        torch.nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
+        self.weight = torch.nn.Parameter(weight)  # a new object: requires_grad and identity are lost
+        self.bias = torch.nn.Parameter(torch.zeros(self.bias.shape, device=device))
+
+    def forward(self, x):
+        if self.weight.is_meta:
+            self.reset_parameters()
+        return _SnapshotLinearFunction.apply(x, self, *self._snapshot)
+
+
+def test_the_seeds_bug_is_reported_violated_with_evidence(device):
+    report = check_lifecycle(lambda d: SnapshotLinear(4, 3, device=d), device=device, inputs=_x(2, 4))
+    assert _statuses(report) == {
+        "zero_allocation_on_meta": HELD,
+        "eager_values_after_reset_parameters": HELD,
+        "eager_values_after_to_empty": HELD,
+        "eager_values_after_first_forward": VIOLATED,
+        "identity_through_materialization": VIOLATED,
+        "aliases_preserved": HELD,
+        "requires_grad_kept": VIOLATED,
+        "no_stale_cache_after_replacement": VIOLATED,
+        "load_state_dict_assign_into_meta": VIOLATED,
+        "deepcopy_keeps_aliases_and_shares_nothing": HELD,
+        "checkpoint_round_trip": HELD,
+    }
+    assert not report.ok
+    assert "expected device meta but got cpu" in report["eager_values_after_first_forward"].evidence
+    identity = report["identity_through_materialization"].evidence
+    assert "reset_parameters: replaced weight (id 0x" in identity
+    assert "the optimizer built before holds stale objects for bias, weight" in identity
+    stale = report["no_stale_cache_after_replacement"].evidence
+    assert "after setattr(weight) the new weight got no grad" in stale
+    assert "after setattr(weight) the replaced weight (id 0x" in stale and "got a grad" in stale
+    assert "requires_grad became True on weight, bias" in report["requires_grad_kept"].evidence
+    with pytest.raises(AssertionError) as raised:
+        report.assert_ok()
+    message = str(raised.value)
+    assert message.startswith(f"SnapshotLinear on {device} violates 5 lifecycle properties:")
+    for result in report.violations:
+        assert f"  - {result.name}: {result.evidence}" in message
+
+
+class ResetDrifts(torch.nn.Module):
+    """Constructs its weight at 1 but re-initializes it randomly (TE issue 2528's bug)."""
+
+    def __init__(self, features: int, device=None):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(features, device=device))
+        if self.weight.device.type != "meta":
+            torch.nn.init.ones_(self.weight)
+
+    def reset_parameters(self):
+        torch.nn.init.normal_(self.weight)
+
+    def forward(self, x):
+        return x * self.weight
+
+
+def test_reset_parameters_that_differs_from_eager_construction_is_a_violation(device):
+    report = check_lifecycle(lambda d: ResetDrifts(8, device=d), device=device, inputs=_x(2, 8))
+    assert [r.name for r in report.violations] == ["eager_values_after_to_empty"]
+    evidence = report["eager_values_after_to_empty"].evidence
+    assert evidence.startswith("after to_empty: weight differs (max |diff| ")
+    assert report["eager_values_after_reset_parameters"].status is NOT_APPLICABLE
+    with pytest.raises(AssertionError) as raised:
+        report.assert_ok()
+    assert str(raised.value).splitlines() == [
+        f"ResetDrifts on {device} violates 1 lifecycle property:",
+        f"  - eager_values_after_to_empty: {evidence}",
+    ]
+
+
+def test_report_renders_as_a_table(device):
+    report = check_lifecycle(lambda d: ResetDrifts(8, device=d), device=device, inputs=_x(2, 8))
+    lines = str(report).splitlines()
+    assert lines[0] == f"lifecycle conformance of ResetDrifts on {device}: VIOLATED"
+    assert lines[1].split() == ["property", "status", "evidence"]
+    assert set(lines[2].replace(" ", "")) == {"-"}
+    rows = lines[3:]
+    assert len(rows) == len(PROPERTIES)
+    status_column = lines[1].index("status")
+    for row, result in zip(rows, report):
+        assert row.startswith(result.name)
+        assert row[status_column:].startswith(str(result.status))
+        assert row.rstrip().endswith(result.evidence)

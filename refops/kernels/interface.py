@@ -51,17 +51,14 @@ class KernelBackend:
     name: str = "abstract"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # Every kernel a subclass defines runs with torch.autocast disabled, so no
-        # backend can forget it.
+        # Every kernel a subclass provides (itself or through a mixin) runs with
+        # torch.autocast disabled, so no backend can forget it.
         super().__init_subclass__(**kwargs)
-        for attr, value in list(vars(cls).items()):
-            if (
-                callable(value)
-                and not attr.startswith("_")
-                and hasattr(KernelBackend, attr)
-                and not getattr(value, "__wrapped_kernel__", False)
-            ):
-                setattr(cls, attr, _autocast_disabled(value))
+        for attr in dir(KernelBackend):
+            value = getattr(cls, attr, None)
+            if attr.startswith("_") or not callable(value) or getattr(value, "__wrapped_kernel__", False):
+                continue
+            setattr(cls, attr, _autocast_disabled(value))
 
     # ------------------------------------------------------------------ GEMM
     def gemm(

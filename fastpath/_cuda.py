@@ -1,0 +1,88 @@
+"""Compiling CUDA sources once and launching them on torch's current stream.
+
+Sources live in ``fastpath/kernels/*.cu``, one file per family, with
+``extern "C"`` kernels. They are compiled with NVRTC through CuPy, without fast
+math and without FMA contraction (``--fmad=false``): the reference's arithmetic
+order is part of the specification. Tensors are passed as raw pointers (wrapping
+a tensor as a CuPy array costs tens of microseconds), scalars as NumPy scalars.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+__all__ = ["KERNEL_DIR", "COMPILE_OPTIONS", "get_kernel", "launch", "ptr", "i32", "i64", "f32", "grid_1d"]
+
+KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "kernels"
+#: NVRTC options: C++17, no FMA contraction (results must match the reference's op order), no fast math.
+COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")
+
+
+@functools.lru_cache(maxsize=None)
+def _module(filename: str) -> Any:
+    import cupy
+
+    source = (KERNEL_DIR / filename).read_text()
+    return cupy.RawModule(code=source, options=COMPILE_OPTIONS)
+
+
+@functools.lru_cache(maxsize=None)
+def get_kernel(filename: str, name: str) -> Any:
+    """The ``extern "C"`` kernel ``name`` of ``kernels/<filename>``, compiled once per process."""
+    return _module(filename).get_function(name)
+
+
+@functools.lru_cache(maxsize=64)
+def _cupy_stream(handle: int, device: int) -> Any:
+    """A CuPy view of the CUDA stream ``handle`` (cached: wrapping costs more than a launch)."""
+    import cupy
+
+    if hasattr(cupy.cuda.Stream, "from_external"):  # CuPy >= 14 (the CUDA stream protocol)
+
+        class _Handle:
+            def __cuda_stream__(self) -> tuple[int, int]:
+                return (0, handle)
+
+        with cupy.cuda.Device(device):
+            return cupy.cuda.Stream.from_external(_Handle())
+    return cupy.cuda.ExternalStream(handle, device)
+
+
+def _stream_for(device: torch.device) -> Any:
+    return _cupy_stream(torch.cuda.current_stream(device).cuda_stream, device.index)
+
+
+def launch(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *,
+           device: torch.device, shared_mem: int = 0) -> None:
+    """Launch ``kernel`` on torch's current stream of ``device``."""
+    import cupy
+
+    with cupy.cuda.Device(device.index), _stream_for(device):
+        kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+
+
+def ptr(tensor: torch.Tensor | None) -> np.uint64:
+    """A tensor's device pointer as a kernel argument (0 for None)."""
+    return np.uint64(0 if tensor is None else tensor.data_ptr())
+
+
+def i32(value: int) -> np.int32:
+    return np.int32(value)
+
+
+def i64(value: int) -> np.int64:
+    return np.int64(value)
+
+
+def f32(value: float) -> np.float32:
+    return np.float32(value)
+
+
+def grid_1d(n: int, block: int, *, max_blocks: int = 65535 * 8) -> tuple[int]:
+    """Enough blocks of ``block`` threads for ``n`` items (kernels grid-stride past the cap)."""
+    return (max(1, min((n + block - 1) // block, max_blocks)),)

@@ -1,0 +1,19 @@
+"""``FastpathKernels``: the kernel interface, CUDA kernels where they exist, the reference elsewhere."""
+
+from __future__ import annotations
+
+from refops.kernels import ReferenceKernels
+
+from .elementwise import ElementwiseKernels
+from .gemm import GemmKernels
+from .norms import NormKernels
+from .quantize import QuantizeKernels
+
+__all__ = ["FastpathKernels"]
+
+
+class FastpathKernels(QuantizeKernels, GemmKernels, NormKernels, ElementwiseKernels, ReferenceKernels):
+    """Each mixin overrides the kernels of one family and calls ``super()`` (the reference) for
+    inputs it does not handle (CPU tensors, unsupported dtypes or layouts)."""
+
+    name = "fastpath"

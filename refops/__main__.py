@@ -1,4 +1,4 @@
-"""Command line: ``python -m refops trace`` (the lifecycle of a demo pipeline, step by step)."""
+"""Command line: ``python -m refops {trace,check,bench}``."""
 
 from __future__ import annotations
 
@@ -6,34 +6,18 @@ import argparse
 import sys
 from typing import Sequence
 
+from .cli import trace_cmd
+
 __all__ = ["main"]
 
 
-def _trace(args: argparse.Namespace) -> int:
-    from .demo import run_demo
-
-    result = run_demo(steps=args.steps, meta=not args.eager)
-    titles = ["construction"] + [f"training step {i}" for i in range(1, args.steps + 1)]
-    for title, t in zip(titles, result.step_traces):
-        print(f"== {title} ({len(t.events)} events)")
-        print(t.render_text() or "   (no lifecycle events)")
-    print("== summary")
-    print(f"losses: {', '.join(f'{loss:.5f}' for loss in result.losses)}")
-    print(f"parameters on: {', '.join(sorted(result.devices))}")
-    print(f"every parameter kept its identity through materialization: {result.parameters_kept_identity}")
-    print(f"the optimizer built before the first forward holds the live parameters: "
-          f"{result.optimizer_holds_live_parameters}")
-    ok = result.parameters_kept_identity and result.optimizer_holds_live_parameters
-    return 0 if ok else 1
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="refops", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="refops",
+        description="refops: the parameter lifecycle and low-precision recipes, step by step.",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    trace = sub.add_parser("trace", help="build a demo MLP on meta, train it, print every lifecycle event")
-    trace.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
-    trace.add_argument("--eager", action="store_true", help="build on the default device instead of meta")
-    trace.set_defaults(func=_trace)
+    trace_cmd.add_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from typing import Any, Optional
 
 import torch
 
 from . import ops
+from .quantization.state import autocast, quantized_model_init
 from .trace import trace
 
 __all__ = ["DemoResult", "build_demo_model", "run_demo"]
 
+HIDDEN, FFN = 128, 256  # multiples of every recipe's block size
 
-def build_demo_model(device: torch.device | str, hidden: int = 32, ffn: int = 64) -> ops.Sequential:
+
+def build_demo_model(device: torch.device | str, hidden: int = HIDDEN, ffn: int = FFN) -> ops.Sequential:
     """LayerNorm -> Linear -> GELU -> Linear, TE's MLP shape in miniature."""
     return ops.Sequential(
         ops.LayerNorm(hidden, device=device),
@@ -24,29 +29,34 @@ def build_demo_model(device: torch.device | str, hidden: int = 32, ffn: int = 64
 
 @dataclasses.dataclass
 class DemoResult:
-    """What happened: the trace of each step, the losses, and the identity checks."""
+    """What happened: the trace of construction and of each step, the losses, and the identity checks."""
 
     step_traces: list[trace]
     losses: list[float]
     parameters_kept_identity: bool
     optimizer_holds_live_parameters: bool
     devices: set[str]
+    weight_type: str
 
 
-def run_demo(steps: int = 3, *, meta: bool = True, seed: int = 0) -> DemoResult:
+def run_demo(
+    steps: int = 3, *, meta: bool = True, seed: int = 0, recipe: Optional[Any] = None, quantized_weights: bool = False
+) -> DemoResult:
     """Build the model (on meta unless told otherwise), make the optimizer, train ``steps`` steps."""
     torch.manual_seed(seed)
     device = torch.get_default_device()
-    with trace() as construction:
+    with trace() as construction, quantized_model_init(enabled=quantized_weights, recipe=recipe):
         model = build_demo_model("meta" if meta else device)
     ids_before = [id(p) for p in model.parameters()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     step_traces, losses = [construction], []
     for _ in range(steps):
-        x = torch.randn(8, 32, device=device)
+        x = torch.randn(HIDDEN, HIDDEN, device=device)
         with trace() as t:
             optimizer.zero_grad()
-            loss = model(x).square().mean()
+            context = autocast(recipe=recipe) if recipe is not None else contextlib.nullcontext()
+            with context:
+                loss = model(x).float().square().mean()
             loss.backward()
             optimizer.step()
         step_traces.append(t)
@@ -58,4 +68,5 @@ def run_demo(steps: int = 3, *, meta: bool = True, seed: int = 0) -> DemoResult:
         parameters_kept_identity=[id(p) for p in model.parameters()] == ids_before,
         optimizer_holds_live_parameters=held == {id(p) for p in model.parameters()},
         devices={str(p.device) for p in model.parameters()},
+        weight_type=type(model[1].weight).__name__,
     )

@@ -117,7 +117,8 @@ def _update_delayed_states(mode: str, group: Any) -> None:
     states = list(_STATE.forward_states if mode == "forward" else _STATE.backward_states)
     for state in states:
         state.update_scales(reduction_group=group)
-    trace.record("scale_update", f"delayed scaling ({mode})", states=len(states))
+    if states:
+        trace.record("scale_update", f"delayed scaling ({mode})", states=len(states))
 
 
 def backward_update_callback() -> Callable[[], None]:

@@ -1,0 +1,1 @@
+"""The command line: ``python -m refops {trace,check,bench}`` (also the ``refops`` console script)."""

@@ -1,0 +1,232 @@
+"""The oracle: run a candidate module and the reference on the same inputs and recipe, and compare.
+
+``compare_modules(candidate, reference, inputs, recipe=...)`` copies the
+candidate's parameters into the reference (by name), runs forward and backward
+on both, and compares under the three-tier policy
+(:mod:`refops.testing.tensor_report`): quantized weights and recipe state
+bit-exactly, outputs and gradients within the recipe's tolerance (or the dtype's
+GEMM tolerance), and the output's SQNR against a floor. The candidate can be any
+module with a ``te.ops``-compatible structure (TransformerEngine itself, run
+under its own ``autocast`` via ``candidate_context``) or refops under another
+backend (:func:`compare_backends`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Callable, ContextManager, Optional, Sequence
+
+import torch
+
+from ..kernels import use_backend
+from ..quantization.quantized_tensor import QuantizedTensor
+from ..quantization.recipe_state import DelayedScalingRecipeState
+from ..quantization.state import autocast
+from ..recipe import NVFP4BlockScaling, Recipe
+from .tensor_report import TensorComparison, compare_tensors
+from .tolerances import dtype_tols, gemm_tols
+
+__all__ = ["ComparisonReport", "compare_modules", "compare_backends", "recipe_tols"]
+
+
+def recipe_tols(recipe: Optional[Recipe], dtype: torch.dtype) -> dict[str, float]:
+    """TE's tolerance for a GEMM result: E4M3 for FP8 recipes, E2M1 for NVFP4, the dtype's without one."""
+    if recipe is None:
+        return gemm_tols(dtype)
+    if isinstance(recipe, NVFP4BlockScaling):
+        return dict(rtol=0.25, atol=0.125)
+    return dtype_tols(torch.float8_e4m3fn)
+
+
+@dataclasses.dataclass
+class ComparisonReport:
+    """Every comparison made, in order; ``ok`` when all passed."""
+
+    comparisons: list[TensorComparison]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.passed for c in self.comparisons)
+
+    @property
+    def failures(self) -> list[TensorComparison]:
+        return [c for c in self.comparisons if not c.passed]
+
+    def __getitem__(self, name: str) -> TensorComparison:
+        for c in self.comparisons:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def __str__(self) -> str:
+        verdict = "all comparisons passed" if self.ok else f"{len(self.failures)} comparison(s) failed"
+        return "\n".join([verdict, *map(str, self.comparisons)])
+
+    def assert_ok(self) -> None:
+        """Raise AssertionError listing every failed comparison with its evidence."""
+        if not self.ok:
+            raise AssertionError("the candidate differs from the reference:\n" + "\n".join(map(str, self.failures)))
+
+
+def _copy_parameters(candidate: torch.nn.Module, reference: torch.nn.Module) -> None:
+    """Give each reference parameter the candidate's values (quantized bytes copied as they are)."""
+    targets = dict(reference.named_parameters())
+    with torch.no_grad():
+        for name, source in candidate.named_parameters():
+            if name not in targets:
+                raise KeyError(f"the reference has no parameter named {name!r} (it has {sorted(targets)})")
+            target = targets[name]
+            if target.is_meta:
+                raise ValueError(f"reference parameter {name!r} is on meta; materialize it first")
+            if isinstance(source, QuantizedTensor) and isinstance(target, QuantizedTensor):
+                # Overwrite the bytes directly: an in-place update through the quantizer would
+                # record an amax (delayed scaling) and make the recipe states differ.
+                arrays, _ = source.to_plain_tensors()
+                arrays = {k: v.to(target.device) for k, v in arrays.items() if not k.startswith("quantizer.")}
+                target._overwrite_arrays(arrays)
+            elif isinstance(source, QuantizedTensor):
+                target.copy_(source.dequantize(dtype=target.dtype))
+            else:
+                target.copy_(source)
+
+
+def _run(module, inputs, grad_output, context):
+    xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    with context:
+        out = module(*xs)
+    y = out[0] if isinstance(out, tuple) else out
+    dy = grad_output if grad_output is not None else _default_grad(y)
+    y.backward(dy)
+    return y.detach(), [x.grad for x in xs]
+
+
+def _default_grad(y: torch.Tensor) -> torch.Tensor:
+    return torch.linspace(-1, 1, y.numel(), device=y.device).reshape(y.shape).to(y.dtype)
+
+
+def _compare_quantized(name: str, a: QuantizedTensor, b: QuantizedTensor) -> list[TensorComparison]:
+    arrays_a, _ = a.to_plain_tensors()
+    arrays_b, _ = b.to_plain_tensors()
+    out = []
+    for key in sorted(set(arrays_a) | set(arrays_b)):
+        if key.startswith("quantizer."):
+            continue
+        x, y = arrays_a.get(key), arrays_b.get(key)
+        if x is None or y is None:
+            missing = torch.zeros(1)
+            out.append(compare_tensors(f"{name}[{key}] (missing)", missing, missing + 1, tier="exact"))
+            continue
+        view = (lambda t: t.view(torch.uint8)) if x.element_size() == 1 else (lambda t: t)
+        out.append(compare_tensors(f"{name}[{key}]", view(x), view(y), tier="exact"))
+    return out
+
+
+def _recipe_states(module: torch.nn.Module) -> dict[str, DelayedScalingRecipeState]:
+    states = {}
+    for prefix, m in module.named_modules():
+        for mode, state in (getattr(m, "_recipe_states", None) or {}).items():
+            if isinstance(state, DelayedScalingRecipeState):
+                states[f"{prefix}.{mode}" if prefix else mode] = state
+    return states
+
+
+def compare_modules(
+    candidate: torch.nn.Module,
+    reference: torch.nn.Module,
+    inputs: Sequence[torch.Tensor],
+    *,
+    recipe: Optional[Recipe] = None,
+    candidate_context: Optional[Callable[[], ContextManager[Any]]] = None,
+    reference_context: Optional[Callable[[], ContextManager[Any]]] = None,
+    grad_output: Optional[torch.Tensor] = None,
+    copy_parameters: bool = True,
+    sqnr_floor_db: Optional[float] = None,
+) -> ComparisonReport:
+    """Run both modules forward and backward on ``inputs`` under ``recipe`` and compare everything.
+
+    Args:
+        candidate: the module under test (its parameters are copied into ``reference``).
+        reference: a refops module with the same structure (same parameter names).
+        inputs: forward arguments; floating tensors get ``requires_grad`` and their grads are compared.
+        recipe: the quantization recipe (None: high precision).
+        candidate_context: a factory of the context the candidate runs in (default:
+            ``refops.autocast`` with ``recipe``; pass TE's ``te.autocast`` for TransformerEngine).
+        reference_context: likewise for the reference (default: ``refops.autocast`` with ``recipe``).
+        grad_output: the output grad (default: a deterministic ramp).
+        copy_parameters: copy the candidate's parameter values into the reference first.
+        sqnr_floor_db: end-to-end floor for the output (default 20 dB quantized, 40 dB otherwise).
+    """
+    def default_context():
+        return autocast(enabled=recipe is not None, recipe=recipe)
+
+    if copy_parameters:
+        _copy_parameters(candidate, reference)
+    y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
+    y_r, grads_r = _run(reference, inputs, grad_output, (reference_context or default_context)())
+    tols = recipe_tols(recipe, y_r.dtype)
+    floor = sqnr_floor_db if sqnr_floor_db is not None else (20.0 if recipe is not None else 40.0)
+
+    results = [
+        compare_tensors("output", y_c, y_r, tier="tolerance", **tols),
+        compare_tensors("output (SQNR)", y_c, y_r, tier="sqnr", sqnr_floor_db=floor),
+    ]
+    for i, (a, b) in enumerate(zip(grads_c, grads_r)):
+        if a is not None or b is not None:
+            results.append(_compare_optional(f"input[{i}].grad", a, b, tols))
+    reference_params = dict(reference.named_parameters())
+    for name, p in candidate.named_parameters():
+        q = reference_params[name]
+        results.append(_compare_optional(f"{name}.grad", p.grad, q.grad, tols))
+        if isinstance(p, QuantizedTensor) and isinstance(q, QuantizedTensor):
+            results.extend(_compare_quantized(name, p, q))
+    states_c, states_r = _recipe_states(candidate), _recipe_states(reference)
+    for key in sorted(set(states_c) & set(states_r)):
+        for field in ("scale", "amax_history"):
+            a, b = getattr(states_c[key], field), getattr(states_r[key], field)
+            results.append(compare_tensors(f"{key}.{field}", a, b, tier="exact"))
+    return ComparisonReport(results)
+
+
+def _compare_optional(name, a, b, tols) -> TensorComparison:
+    if a is None or b is None:
+        present = torch.zeros(1)
+        return compare_tensors(f"{name} (None on one side)", present, present + 1, tier="exact")
+    return compare_tensors(name, a, b, tier="tolerance", **tols)
+
+
+def compare_backends(
+    factory: Callable[[torch.device], torch.nn.Module],
+    inputs: Sequence[torch.Tensor],
+    *,
+    recipe: Optional[Recipe] = None,
+    candidate_backend: str = "fastpath",
+    reference_backend: str = "reference",
+    seed: int = 0,
+    **kwargs: Any,
+) -> ComparisonReport:
+    """The same refops model under two kernel backends: ``factory(device)`` is built twice under ``seed``."""
+    device = inputs[0].device
+    torch.manual_seed(seed)
+    candidate = factory(device)
+    torch.manual_seed(seed)
+    reference = factory(device)
+
+    def in_backend(name: str) -> Callable[[], ContextManager[Any]]:
+        @contextlib.contextmanager
+        def context():
+            with use_backend(name), autocast(enabled=recipe is not None, recipe=recipe):
+                yield
+
+        return context
+
+    return compare_modules(
+        candidate,
+        reference,
+        inputs,
+        recipe=recipe,
+        candidate_context=in_backend(candidate_backend),
+        reference_context=in_backend(reference_backend),
+        copy_parameters=False,
+        **kwargs,
+    )

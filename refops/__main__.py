@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from .cli import trace_cmd
+from .cli import bench_cmd, check_cmd, trace_cmd
 
 __all__ = ["main"]
 
@@ -18,6 +18,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     trace_cmd.add_parser(sub)
+    check_cmd.add_parser(sub)
+    bench_cmd.add_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -142,6 +142,8 @@ def compare_modules(
     grad_output: Optional[torch.Tensor] = None,
     copy_parameters: bool = True,
     sqnr_floor_db: Optional[float] = None,
+    tolerances: Optional[dict[str, float]] = None,
+    tier: str = "tolerance",
 ) -> ComparisonReport:
     """Run both modules forward and backward on ``inputs`` under ``recipe`` and compare everything.
 
@@ -156,6 +158,9 @@ def compare_modules(
         grad_output: the output grad (default: a deterministic ramp).
         copy_parameters: copy the candidate's parameter values into the reference first.
         sqnr_floor_db: end-to-end floor for the output (default 20 dB quantized, 40 dB otherwise).
+        tolerances: ``{"rtol", "atol"}`` for outputs and grads (default: :func:`recipe_tols`).
+        tier: "tolerance" (element-wise, the default) or "sqnr" (every output and grad against
+            ``sqnr_floor_db``: for comparing a quantized pipeline with a float64 one).
     """
     def default_context():
         return autocast(enabled=recipe is not None, recipe=recipe)
@@ -164,20 +169,21 @@ def compare_modules(
         _copy_parameters(candidate, reference)
     y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
     y_r, grads_r = _run(reference, inputs, grad_output, (reference_context or default_context)())
-    tols = recipe_tols(recipe, y_r.dtype)
+    tols = tolerances if tolerances is not None else recipe_tols(recipe, y_r.dtype)
     floor = sqnr_floor_db if sqnr_floor_db is not None else (20.0 if recipe is not None else 40.0)
 
+    check = dict(tols, tier="tolerance") if tier == "tolerance" else dict(tier="sqnr", sqnr_floor_db=floor)
     results = [
-        compare_tensors("output", y_c, y_r, tier="tolerance", **tols),
+        compare_tensors("output", y_c, y_r, **check),
         compare_tensors("output (SQNR)", y_c, y_r, tier="sqnr", sqnr_floor_db=floor),
     ]
     for i, (a, b) in enumerate(zip(grads_c, grads_r)):
         if a is not None or b is not None:
-            results.append(_compare_optional(f"input[{i}].grad", a, b, tols))
+            results.append(_compare_optional(f"input[{i}].grad", a, b, check))
     reference_params = dict(reference.named_parameters())
     for name, p in candidate.named_parameters():
         q = reference_params[name]
-        results.append(_compare_optional(f"{name}.grad", p.grad, q.grad, tols))
+        results.append(_compare_optional(f"{name}.grad", p.grad, q.grad, check))
         if isinstance(p, QuantizedTensor) and isinstance(q, QuantizedTensor):
             results.extend(_compare_quantized(name, p, q))
     states_c, states_r = _recipe_states(candidate), _recipe_states(reference)
@@ -188,11 +194,11 @@ def compare_modules(
     return ComparisonReport(results)
 
 
-def _compare_optional(name, a, b, tols) -> TensorComparison:
+def _compare_optional(name, a, b, check) -> TensorComparison:
     if a is None or b is None:
         present = torch.zeros(1)
         return compare_tensors(f"{name} (None on one side)", present, present + 1, tier="exact")
-    return compare_tensors(name, a, b, tier="tolerance", **tols)
+    return compare_tensors(name, a, b, **check)
 
 
 def compare_backends(

@@ -1,0 +1,44 @@
+"""The command line: trace, check and bench, as a newcomer runs them."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+import torch
+
+from refops.__main__ import main
+
+
+def test_trace_prints_every_step_and_the_identity_summary(capsys):
+    assert main(["trace", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "== construction" in out and "== training step 2" in out
+    assert "materialize        BasicLinear.weight" in out
+    assert "every parameter kept its identity through materialization: True" in out
+    assert "holds the live parameters: True" in out
+
+
+def test_trace_with_a_recipe_quantized_weights_and_a_mermaid_diagram(tmp_path, capsys):
+    diagram = tmp_path / "first_step.mmd"
+    assert main(["trace", "--steps", "1", "--recipe", "mxfp8", "--quantized-weights", "--mermaid", str(diagram)]) == 0
+    out = capsys.readouterr().out
+    assert "weights: MXFP8Tensor" in out
+    text = diagram.read_text()
+    assert text.startswith("sequenceDiagram") and "materialize weight" in text
+
+
+def test_check_reference_against_float64(capsys):
+    code = main(["check", "--reference-only", "--ops", "linear", "mlp", "--dtypes", "bfloat16",
+                 "--recipes", "fp8_current_scaling", "nvfp4"])
+    out = capsys.readouterr().out
+    assert "reference vs float64 torch" in out
+    assert "6/6 cases passed" in out and code == 0
+
+
+def test_bench_says_why_it_cannot_run_without_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the benchmarks run for real (see docs/benchmarks.md)")
+    assert main(["bench"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out
+    assert pathlib.Path(__file__).resolve().parents[2].joinpath("benchmarks").is_dir()

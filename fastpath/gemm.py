@@ -1,9 +1,231 @@
-"""GEMMs: CUDA kernels (filled in by the GEMM work)."""
+"""GEMMs on the GPU: cuBLAS through torch, per recipe as :data:`GEMM_PATHS` lists.
+
+The contract is the reference's (``KernelBackend.gemm``): ``alpha * op(a) @ op(b)``
+(``+ out`` when ``accumulate``), each quantized operand read from the usage
+blocked along the contracted dim. The reference multiplies exact fp32
+dequantizations in IEEE fp32; here cuBLAS accumulates in its own order (and FP8
+tensor cores align partial sums to a ~13-bit accumulator), so results match the
+reference within ``gemm_tols`` (plain) or ``quantization_tols`` (quantized).
+
+Operands the fast path does not take (CPU, mixed dtypes, non-2-D, a missing
+usage, an RHT mismatch) go to the reference, which also raises its errors.
+"""
 
 from __future__ import annotations
 
-__all__ = ["GemmKernels"]
+import contextlib
+import dataclasses
+from typing import Iterator, Optional
+
+import torch
+
+from refops.quantization import Float8Tensor, QuantizedTensor
+from refops.quantization.quantizer import torch_fp8_dtype
+
+__all__ = ["GemmKernels", "GemmPath", "GEMM_PATHS", "gemm_path"]
+
+_FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmPath:
+    """How a recipe's GEMMs run on an sm_90 GPU, and why."""
+
+    path: str  # "cublas", "scaled_mm" or "dequantize+cublas"
+    operands: str
+    reason: str
+
+
+_FP8_TENSORWISE = GemmPath(
+    "scaled_mm",
+    "Float8Tensor x Float8Tensor",
+    "cuBLAS FP8 GEMM (sm_89+) via torch._scaled_mm: row-wise data, or the column-wise (transposed) copy, "
+    "so the first operand is row-major and the second column-major (.t() views); scale_a/scale_b are the "
+    "tensors' _scale_inv; split accumulator (use_fast_accum=False), the closest to the reference; alpha, "
+    "out and accumulate applied to the fp32 result. Needs every dim % 16 == 0 and not E5M2 x E5M2, else "
+    "dequantize + cuBLAS",
+)
+_NVFP4 = GemmPath(
+    "dequantize+cublas",
+    "NVFP4Tensor",
+    "cuBLAS has no NVFP4 (E2M1 + E4M3 block scales) GEMM on sm_90 (CUBLAS_STATUS_NOT_SUPPORTED, Blackwell "
+    "only): dequantize_nvfp4 to the output dtype, then torch.matmul; a column-wise RHT on both wgrad "
+    "operands cancels in the product, as in the reference",
+)
+
+#: Recipe name (``refops.testing.RECIPE_NAMES``, plus "none") -> the GEMM path its operands take.
+GEMM_PATHS: dict[str, GemmPath] = {
+    "none": GemmPath(
+        "cublas",
+        "plain fp32 / fp16 / bf16 tensors",
+        "torch.mm / addmm in the operands' dtype (fp32 with TF32 off, as the reference); alpha and "
+        "accumulate go to cuBLAS's alpha and beta; mixed dtypes go to the reference",
+    ),
+    "fp8_delayed_scaling": _FP8_TENSORWISE,
+    "fp8_current_scaling": _FP8_TENSORWISE,
+    "mxfp8": GemmPath(
+        "dequantize+cublas",
+        "MXFP8Tensor",
+        "cuBLAS has no MXFP8 (E8M0 block-scaled) GEMM on sm_90 (CUBLAS_STATUS_NOT_SUPPORTED, Blackwell only): "
+        "dequantize_mxfp8 to the output dtype, then torch.matmul",
+    ),
+    "fp8_block_scaling": GemmPath(
+        "dequantize+cublas",
+        "Float8BlockwiseQTensor",
+        "torch._scaled_mm's blockwise mode on sm_90 accepts only particular scale layouts (A: 1x128 scales "
+        "M-major; B: 1x128 or 128x128 with fixed strides) that this fast path does not build: "
+        "dequantize_float8_block to the output dtype, then torch.matmul",
+    ),
+    "nvfp4": _NVFP4,
+    "nvfp4_4over6": _NVFP4,
+}
+
+
+def gemm_path(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bool = False) -> str:
+    """The path (``GemmPath.path``) the fast path takes for these operands."""
+    quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
+    if not quantized:
+        return "cublas"
+    return "scaled_mm" if _scaled_mm_operands(a, b, trans_a, trans_b) is not None else "dequantize+cublas"
+
+
+# ------------------------------------------------------------------ helpers
+@contextlib.contextmanager
+def _ieee_fp32() -> Iterator[None]:
+    """TF32 would change fp32 GEMMs' numbers, so it is off for the duration (as in the reference)."""
+    previous = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = previous
+
+
+def _mm(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float, out: Optional[torch.Tensor],
+        accumulate: bool) -> torch.Tensor:
+    """``alpha * a2 @ b2 (+ out)`` by cuBLAS in the operands' dtype (= ``out``'s), rounded once."""
+    with _ieee_fp32():
+        if accumulate:
+            return out.addmm_(a2, b2, alpha=alpha)
+        if out is None:
+            out = torch.empty((a2.shape[0], b2.shape[1]), dtype=a2.dtype, device=a2.device)
+        if alpha == 1.0:
+            return torch.mm(a2, b2, out=out)
+        return torch.addmm(out, a2, b2, beta=0.0, alpha=alpha, out=out)
+
+
+def _usage(trans: bool, operand: str) -> str:
+    """The usage a GEMM reads: a's last dim (row-wise) unless trans_a; b's first dim unless trans_b."""
+    if operand == "a":
+        return "columnwise" if trans else "rowwise"
+    return "rowwise" if trans else "columnwise"
+
+
+def _reads_hadamard_domain(t: torch.Tensor, usage: str) -> bool:
+    return usage == "columnwise" and bool(getattr(t, "_columnwise_rht", False))
+
+
+def _scaled_mm_operands(a, b, trans_a: bool, trans_b: bool):
+    """``(mat1, mat2, scale_a, scale_b)`` for ``torch._scaled_mm``, or None if the pair does not qualify."""
+    if not (type(a) is Float8Tensor and type(b) is Float8Tensor and a.dim() == 2 and b.dim() == 2):
+        return None
+    if not (a.is_cuda and torch.cuda.get_device_capability(a.device) >= (8, 9)):
+        return None
+    fp8 = (torch_fp8_dtype(a._fp8_dtype), torch_fp8_dtype(b._fp8_dtype))
+    if fp8 == (torch.float8_e5m2, torch.float8_e5m2):
+        return None  # cuBLAS has no E5M2 x E5M2 GEMM
+    # op(a) = a or a.T: row-major either way (the transpose copy holds a.T row-major).
+    a_data = a._transpose if trans_a else a._data
+    # op(b) = b.T or b: the .t() view of row-major data is the column-major operand cuBLAS wants.
+    b_data = b._data if trans_b else b._transpose
+    if a_data is None or b_data is None or not (a_data.is_contiguous() and b_data.is_contiguous()):
+        return None
+    mat1, mat2 = a_data.view(fp8[0]), b_data.view(fp8[1]).t()
+    m, k = mat1.shape
+    n = mat2.shape[1]
+    if min(m, k, n) == 0 or m % 16 or k % 16 or n % 16:
+        return None
+    return mat1, mat2, a._scale_inv.reshape(()).float(), b._scale_inv.reshape(()).float()
 
 
 class GemmKernels:
-    """Mixin overriding the gemm kernel of ``KernelBackend``."""
+    """Mixin overriding ``gemm`` of ``KernelBackend`` (see :data:`GEMM_PATHS`)."""
+
+    def gemm(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        *,
+        trans_a: bool = False,
+        trans_b: bool = False,
+        out_dtype: torch.dtype,
+        alpha: float = 1.0,
+        out: Optional[torch.Tensor] = None,
+        accumulate: bool = False,
+    ) -> torch.Tensor:
+        kwargs = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha, out=out,
+                      accumulate=accumulate)
+        target = out.dtype if out is not None else out_dtype
+        if not self._fast_gemm(a, b, out, accumulate, target, trans_a, trans_b):
+            return super().gemm(a, b, **kwargs)
+        quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
+        if not quantized:
+            if a.dtype != b.dtype or a.dtype != target:
+                return super().gemm(a, b, **kwargs)
+            result = _mm(a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha, out=out,
+                         accumulate=accumulate)
+        else:
+            operands = _scaled_mm_operands(a, b, trans_a, trans_b)
+            if operands is not None:
+                return self._scaled_mm(operands, target=target, alpha=alpha, out=out, accumulate=accumulate)
+            a2 = self._dequantized(a, _usage(trans_a, "a"), target)
+            b2 = self._dequantized(b, _usage(trans_b, "b"), target)
+            result = _mm(a2.t() if trans_a else a2, b2.t() if trans_b else b2, alpha=alpha, out=out,
+                         accumulate=accumulate)
+        return result if out is None else out
+
+    @staticmethod
+    def _fast_gemm(a, b, out, accumulate, target, trans_a, trans_b) -> bool:
+        """CUDA 2-D operands on one device, a float result, every usage the GEMM reads present."""
+        if target not in _FLOATS or (accumulate and out is None):
+            return False
+        tensors = [t for t in (a, b, out) if t is not None]
+        if not all(t.is_cuda and t.device == a.device for t in tensors) or a.dim() != 2 or b.dim() != 2:
+            return False
+        usages = {"a": _usage(trans_a, "a"), "b": _usage(trans_b, "b")}
+        hadamard = []
+        for name, t in (("a", a), ("b", b)):
+            if isinstance(t, QuantizedTensor):
+                if not t.has_usage(usages[name]):
+                    return False
+                hadamard.append(_reads_hadamard_domain(t, usages[name]))
+            else:
+                if t.dtype not in _FLOATS:
+                    return False
+                hadamard.append(False)
+        return hadamard[0] == hadamard[1]
+
+    @staticmethod
+    def _dequantized(t: torch.Tensor, usage: str, dtype: torch.dtype) -> torch.Tensor:
+        """``t`` in ``dtype``: a quantized tensor dequantized by the active backend's kernels."""
+        if isinstance(t, QuantizedTensor):
+            return t.dequantize(dtype=dtype, usage=usage)
+        return t if t.dtype == dtype else t.to(dtype)
+
+    @staticmethod
+    def _scaled_mm(operands, *, target: torch.dtype, alpha: float, out: Optional[torch.Tensor],
+                   accumulate: bool) -> torch.Tensor:
+        mat1, mat2, scale_a, scale_b = operands
+        direct = alpha == 1.0 and not accumulate
+        result = torch._scaled_mm(mat1, mat2, scale_a=scale_a, scale_b=scale_b,
+                                  out_dtype=target if direct else torch.float32, use_fast_accum=False)
+        if not direct:
+            if alpha != 1.0:
+                result = result * alpha
+            if accumulate:
+                result = result + out.float()
+            result = result.to(target)
+        if out is None:
+            return result
+        out.copy_(result)
+        return out

@@ -1,9 +1,204 @@
-"""LayerNorm, RMSNorm, L2 normalization: CUDA kernels (filled in by the norm work)."""
+"""LayerNorm, RMSNorm, L2 normalization, forward and backward: ``kernels/norm.cu``.
+
+Row statistics (mean, rstd, the backward's row sums) are fp32 reductions in a
+different order than torch's, so outputs match the reference within the dtype's
+tolerance and ``mean``/``rstd`` within fp32's; each element-wise step keeps the
+reference's formula.
+
+Launch shape: ``TPR`` threads share a row (a power of two from 32 to 512: one
+warp per row for narrow rows, up to a 512-thread block for wide ones) and keep
+it in registers, 4 packs of 16 bytes per thread (or 8 single elements when the
+width or the pointers do not allow 16-byte vectors); ``256 // TPR`` rows per
+block; blocks walk rows with a grid-stride loop. Backward kernels accumulate the
+weight (and bias) gradients of their rows in registers, write one fp32 partial
+row per row slot (2 blocks per SM), and a second small kernel sums the partial
+rows. Rows wider than a 512-thread block holds (16384 fp16/bf16, 8192 fp32,
+4096 unaligned elements) go to the reference, as do CPU tensors, empty tensors
+and mixed dtypes.
+"""
 
 from __future__ import annotations
 
-__all__ = ["NormKernels"]
+import functools
+from typing import Optional
+
+import torch
+
+from . import _cuda
+
+__all__ = ["NormKernels", "max_fast_width"]
+
+KERNEL_FILE = "norm.cu"
+_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements per 16 bytes
+_MAX_ROW_THREADS = 512
+_VECTOR_PACKS, _SCALAR_PACKS = 4, 8  # VEC_PPT and SCALAR_PPT in norm.cu
+_THREADS = 256
+
+
+def max_fast_width(dtype: torch.dtype, *, vectorized: bool = True) -> int:
+    """The widest row the kernels hold (wider rows run on the reference)."""
+    per_thread = _VECTOR_PACKS * _VECTOR_WIDTH[dtype] if vectorized else _SCALAR_PACKS
+    return _MAX_ROW_THREADS * per_thread
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _row_layout(n: int, dtype: torch.dtype, *tensors: Optional[torch.Tensor]) -> Optional[tuple[bool, int, int]]:
+    """``(vec, threads_per_row, rows_per_block)`` for rows of ``n`` elements, or None if too wide."""
+    vec = n % _VECTOR_WIDTH[dtype] == 0 and all(t is None or t.data_ptr() % 16 == 0 for t in tensors)
+    per_thread = _VECTOR_PACKS * _VECTOR_WIDTH[dtype] if vec else _SCALAR_PACKS
+    tpr = 32
+    while tpr * per_thread < n:
+        tpr *= 2
+    if tpr > _MAX_ROW_THREADS:
+        return None
+    return vec, tpr, max(1, _THREADS // tpr)
+
+
+def _fast(*tensors: torch.Tensor) -> bool:
+    """CUDA, one supported dtype and device for all, nothing empty."""
+    first = tensors[0]
+    return (first.is_cuda and first.dtype in _SUFFIX and first.numel() > 0
+            and all(t.dtype == first.dtype and t.device == first.device for t in tensors))
+
+
+def _stats_ok(stat: torch.Tensor, rows: int, like: torch.Tensor) -> bool:
+    return stat.dtype == torch.float32 and stat.device == like.device and stat.numel() == rows
+
+
+def _forward(kind: str, x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+             eps: float, zero_centered: bool):
+    """Launch ``<kind>_fwd``; returns ``(y, mean or None, rstd)`` or None when the row is too wide."""
+    n = x.shape[-1] if weight is None else weight.numel()
+    rows = x.numel() // n
+    x = x.contiguous()
+    weight = None if weight is None else weight.contiguous()
+    bias = None if bias is None else bias.contiguous()
+    layout = _row_layout(n, x.dtype, x, weight, bias)
+    if layout is None:
+        return None
+    vec, tpr, rpb = layout
+    y = torch.empty_like(x)
+    mean = torch.empty(rows, dtype=torch.float32, device=x.device) if kind == "layer_norm" else None
+    rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
+    grid = (min(-(-rows // rpb), 32 * _sm_count(x.device)),)
+    c = _cuda
+    tail = (c.i64(rows), c.i64(n), c.f32(eps))
+    if kind == "layer_norm":
+        args = (c.ptr(x), c.ptr(weight), c.ptr(bias), c.ptr(y), c.ptr(mean), c.ptr(rstd), *tail,
+                c.i32(int(zero_centered)), c.i32(int(vec)))
+    elif kind == "rms_norm":
+        args = (c.ptr(x), c.ptr(weight), c.ptr(y), c.ptr(rstd), *tail, c.i32(int(zero_centered)), c.i32(int(vec)))
+    else:
+        args = (c.ptr(x), c.ptr(y), c.ptr(rstd), *tail, c.i32(int(vec)))
+    kernel = c.get_kernel(KERNEL_FILE, f"{kind}_fwd_{_SUFFIX[x.dtype]}")
+    c.launch(kernel, grid, (tpr, rpb), args, device=x.device)
+    return y, mean, rstd
+
+
+def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch.Tensor], rstd: torch.Tensor,
+              weight: Optional[torch.Tensor], eps: float, zero_centered: bool):
+    """Launch ``<kind>_bwd`` (+ the weight-gradient finalize); returns ``(dx, dweight, dbias)`` or None."""
+    n = x.shape[-1] if weight is None else weight.numel()
+    rows = x.numel() // n
+    dy, x, rstd = dy.contiguous(), x.contiguous(), rstd.contiguous()
+    mean = None if mean is None else mean.contiguous()
+    weight = None if weight is None else weight.contiguous()
+    layout = _row_layout(n, x.dtype, dy, x, weight)
+    if layout is None:
+        return None
+    vec, tpr, rpb = layout
+    dx = torch.empty_like(x)
+    blocks = min(-(-rows // rpb), 2 * _sm_count(x.device))
+    parts = blocks * rpb
+    partial_w = torch.empty((parts, n), dtype=torch.float32, device=x.device) if weight is not None else None
+    partial_b = torch.empty((parts, n), dtype=torch.float32, device=x.device) if kind == "layer_norm" else None
+    c = _cuda
+    if kind == "layer_norm":
+        args = (c.ptr(dy), c.ptr(x), c.ptr(mean), c.ptr(rstd), c.ptr(weight), c.ptr(dx), c.ptr(partial_w),
+                c.ptr(partial_b), c.i64(rows), c.i64(n), c.i32(int(zero_centered)), c.i32(int(vec)))
+    elif kind == "rms_norm":
+        args = (c.ptr(dy), c.ptr(x), c.ptr(rstd), c.ptr(weight), c.ptr(dx), c.ptr(partial_w), c.i64(rows),
+                c.i64(n), c.i32(int(zero_centered)), c.i32(int(vec)))
+    else:
+        args = (c.ptr(dy), c.ptr(x), c.ptr(rstd), c.ptr(dx), c.i64(rows), c.i64(n), c.f32(eps), c.i32(int(vec)))
+    suffix = _SUFFIX[x.dtype]
+    c.launch(c.get_kernel(KERNEL_FILE, f"{kind}_bwd_{suffix}"), (blocks,), (tpr, rpb), args, device=x.device)
+    if weight is None:
+        return dx, None, None
+    dweight = torch.empty(n, dtype=weight.dtype, device=x.device)
+    dbias = torch.empty(n, dtype=weight.dtype, device=x.device) if partial_b is not None else None
+    args = (c.ptr(partial_w), c.ptr(partial_b), c.i64(parts), c.i64(n), c.ptr(dweight), c.ptr(dbias))
+    c.launch(c.get_kernel(KERNEL_FILE, f"wgrad_finalize_{suffix}"), (-(-n // _THREADS),), (_THREADS,), args,
+             device=x.device)
+    return dx, dweight, dbias
 
 
 class NormKernels:
-    """Mixin overriding the normalization kernels of ``KernelBackend``."""
+    """Mixin overriding the normalization kernels of ``KernelBackend`` (see the module docstring)."""
+
+    def layer_norm_forward(self, x, weight, bias, *, eps, zero_centered_gamma, out_dtype):
+        if _fast(x, weight, bias) and out_dtype == x.dtype and x.numel() % weight.numel() == 0:
+            result = _forward("layer_norm", x, weight, bias, eps, zero_centered_gamma)
+            if result is not None:
+                y, mean, rstd = result
+                return y.reshape(x.shape), mean, rstd
+        return super().layer_norm_forward(
+            x, weight, bias, eps=eps, zero_centered_gamma=zero_centered_gamma, out_dtype=out_dtype
+        )
+
+    def layer_norm_backward(self, grad_output, x, mean, rstd, weight, *, zero_centered_gamma):
+        if self._backward_ok(grad_output, x, weight, mean, rstd):
+            result = _backward("layer_norm", grad_output, x, mean, rstd, weight, 0.0, zero_centered_gamma)
+            if result is not None:
+                dx, dw, db = result
+                return dx.reshape(x.shape), dw.reshape(weight.shape), db.reshape(weight.shape)
+        return super().layer_norm_backward(
+            grad_output, x, mean, rstd, weight, zero_centered_gamma=zero_centered_gamma
+        )
+
+    def rms_norm_forward(self, x, weight, *, eps, zero_centered_gamma, out_dtype):
+        if _fast(x, weight) and out_dtype == x.dtype and x.numel() % weight.numel() == 0:
+            result = _forward("rms_norm", x, weight, None, eps, zero_centered_gamma)
+            if result is not None:
+                y, _, rstd = result
+                return y.reshape(x.shape), rstd
+        return super().rms_norm_forward(x, weight, eps=eps, zero_centered_gamma=zero_centered_gamma,
+                                        out_dtype=out_dtype)
+
+    def rms_norm_backward(self, grad_output, x, rstd, weight, *, zero_centered_gamma):
+        if self._backward_ok(grad_output, x, weight, None, rstd):
+            result = _backward("rms_norm", grad_output, x, None, rstd, weight, 0.0, zero_centered_gamma)
+            if result is not None:
+                dx, dw, _ = result
+                return dx.reshape(x.shape), dw.reshape(weight.shape)
+        return super().rms_norm_backward(grad_output, x, rstd, weight, zero_centered_gamma=zero_centered_gamma)
+
+    def l2_normalize_forward(self, x, *, eps):
+        if _fast(x) and x.dim() > 0:
+            result = _forward("l2_norm", x, None, None, eps, False)
+            if result is not None:
+                y, _, r = result
+                return y.reshape(x.shape), r
+        return super().l2_normalize_forward(x, eps=eps)
+
+    def l2_normalize_backward(self, grad_output, x, rsqrt_norm, *, eps):
+        rows = x.numel() // x.shape[-1] if x.dim() > 0 and x.shape[-1] > 0 else -1
+        if (_fast(grad_output, x) and grad_output.shape == x.shape and rows > 0
+                and _stats_ok(rsqrt_norm, rows, x)):
+            result = _backward("l2_norm", grad_output, x, None, rsqrt_norm, None, eps, False)
+            if result is not None:
+                return result[0].reshape(x.shape)
+        return super().l2_normalize_backward(grad_output, x, rsqrt_norm, eps=eps)
+
+    @staticmethod
+    def _backward_ok(dy, x, weight, mean, rstd) -> bool:
+        """Whether the fast backward applies: matching dtypes and shapes, fp32 per-row statistics."""
+        if not (_fast(dy, x, weight) and dy.shape == x.shape and x.numel() % weight.numel() == 0):
+            return False
+        rows = x.numel() // weight.numel()
+        return _stats_ok(rstd, rows, x) and (mean is None or _stats_ok(mean, rows, x))

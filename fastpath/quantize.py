@@ -1,9 +1,383 @@
-"""Quantize, dequantize and amax for every recipe: CUDA kernels (filled in by the quantization work)."""
+"""Quantize, dequantize and amax for every recipe: CUDA kernels, bit-identical to the reference.
+
+The specification is ``refops.kernels.reference.quant_*``; every kernel reproduces its
+sequence of fp32 (and, for per-tensor and block scales, fp64) operations op for op.
+
+===========================  ==============================================================
+method                        kernels (``fastpath/kernels/``)
+===========================  ==============================================================
+amax                          ``cast_fp8.cu: fp8_amax_*`` (one pass, block max + atomicMax)
+quantize_float8               ``fp8_cast_*`` (row-wise only, flat) or ``fp8_cast_transpose_*``
+                              (128x128 tiles: row-wise bytes and the transposed copy in one
+                              pass); the delayed-scaling amax is taken in the same pass and
+                              merged by ``fp8_amax_finalize``
+dequantize_float8             ``fp8_dequantize_*``
+quantize_mxfp8                ``mxfp8.cu: mxfp8_quantize_*`` (32x128 tiles, both usages and
+                              2D in one pass)
+dequantize_mxfp8              ``mxfp8_dequantize_*``
+quantize_float8_block         ``fp8_block.cu: fp8_block_quantize_*`` (128x128 tiles, 1D and
+                              2D, both usages and the transpose in one pass)
+dequantize_float8_block       ``fp8_block_dequantize_*``
+quantize_nvfp4                pass 1: ``fp8_amax_*`` or, for the column-wise RHT,
+                              ``nvfp4_rht_amax_bf16``; pass 2: ``nvfp4.cu: nvfp4_quantize_*``
+                              (64-row tiles; 1x16 / 16x16, RHT, SR, 4over6 in one kernel)
+dequantize_nvfp4              ``nvfp4_dequantize_rows_*`` / ``nvfp4_dequantize_cols_*``
+===========================  ==============================================================
+
+What runs the reference instead (``super()``), and why:
+
+* CPU tensors, input dtypes other than fp32/fp16/bf16, empty tensors, 0-dim tensors in
+  the per-tensor cast (the reference broadcasts them against the (1,) scale to shape
+  (1,)), and calls that ask for no usage: nothing to accelerate; the reference also
+  produces the exact errors and degenerate results for them.
+* Invalid shapes or options: the reference raises its error (NVFP4 options are
+  validated with the reference's own checks before any kernel runs).
+* ``compute_scale_from_amax`` is not overridden: it is a handful of element-wise ops on
+  a (1,) tensor (per-tensor current scaling); the block recipes compute their scales
+  inside the quantize kernels.
+* Row-scaled NVFP4 (``row_scaled=True``): one amax per row and per column, a forward-only
+  option for activations that TE itself gates behind an experimental flag; it needs a
+  separate per-row/per-column amax pass and buys nothing the standard kernel does not
+  show, so it stays on the reference.
+* Dequantize inputs in unusual layouts the kernels do not index (scale tensors whose
+  last dim is strided, NVFP4 column-wise data whose K is not a multiple of 16, data not
+  stored as uint8/the FP8 dtype).
+"""
 
 from __future__ import annotations
 
+import functools
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from refops.kernels.reference.quant_mxfp8 import check_mxfp8_shape
+from refops.kernels.reference.quant_nvfp4 import _check_random_bytes, _validate, nvfp4_scale_shape
+
+from ._cuda import f32, get_kernel, i32, i64, launch, ptr
+
 __all__ = ["QuantizeKernels"]
+
+_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+#: FP8 dtype -> (is E5M2, fmax, fl(1/fmax) bits).
+_FP8 = {
+    torch.float8_e4m3fn: (0, 448.0, 0x3B124925),
+    torch.float8_e5m2: (1, 57344.0, 0x37924925),
+}
+_THREADS = 256
+_TILE_THREADS = 512
+
+
+# ------------------------------------------------------------------ helpers
+def _on_cuda(*tensors: torch.Tensor | None) -> bool:
+    """Every given tensor lives on one CUDA device."""
+    present = [t for t in tensors if t is not None]
+    return all(t.is_cuda and t.device == present[0].device for t in present)
+
+
+def _fast_input(x: torch.Tensor) -> bool:
+    return isinstance(x, torch.Tensor) and _on_cuda(x) and x.dtype in _SUFFIX and x.numel() > 0
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _grid(work_items: int, device: torch.device, *, block: int = _THREADS) -> tuple[int]:
+    """Enough blocks for ``work_items`` (one per thread), capped at 16 blocks per SM (kernels grid-stride)."""
+    return (max(1, min(-(-work_items // block), 16 * _sm_count(device.index or 0))),)
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous with a 16-byte aligned start (a copy only when needed), for vector loads."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _rows_cols(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
+    """``(M, K)``: the product of the leading dims and the last dim (1 for a 0-dim shape)."""
+    k = shape[-1] if len(shape) > 0 else 1
+    return math.prod(shape[:-1]), k
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return _ceil_div(n, multiple) * multiple
+
+
+def _f32_from_bits(bits: int) -> np.float32:
+    return np.array([bits], dtype=np.uint32).view(np.float32)[0]
+
+
+def _run(filename: str, name: str, grid: tuple[int, ...], block: int, args: tuple[Any, ...],
+         device: torch.device) -> None:
+    launch(get_kernel(filename, name), grid, (block,), args, device=device)
+
+
+def _amax_into(x: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None) -> None:
+    """``out`` (and ``out2``), zero-initialised fp32, become ``max(itself, amax(x))``."""
+    x = _aligned(x)
+    n = x.numel()
+    _run("cast_fp8.cu", f"fp8_amax_{_SUFFIX[x.dtype]}", _grid(_ceil_div(n, 8), x.device), _THREADS,
+         (ptr(x), i64(n), i32(1), ptr(out), ptr(out2)), x.device)
 
 
 class QuantizeKernels:
-    """Mixin overriding the quantization kernels of ``KernelBackend``."""
+    """Mixin overriding the quantization kernels of ``KernelBackend`` (see the module docstring)."""
+
+    # -------------------------------------------------------------- amax
+    def amax(self, x: torch.Tensor) -> torch.Tensor:
+        if not _fast_input(x):
+            return super().amax(x)
+        out = torch.zeros(1, dtype=torch.float32, device=x.device)
+        _amax_into(x, out)
+        return out
+
+    # ------------------------------------------------------ per-tensor FP8
+    def quantize_float8(self, x, scale, *, fp8_dtype, rowwise, columnwise, amax_accumulator=None):
+        accumulator_ok = amax_accumulator is None or (
+            _on_cuda(x, amax_accumulator) and amax_accumulator.dtype == torch.float32 and amax_accumulator.numel() == 1
+        )
+        if not (_fast_input(x) and x.dim() > 0 and fp8_dtype in _FP8 and (rowwise or columnwise)
+                and _on_cuda(x, scale) and scale.numel() == 1 and accumulator_ok):
+            return super().quantize_float8(x, scale, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise,
+                                           amax_accumulator=amax_accumulator)
+        e5m2 = _FP8[fp8_dtype][0]
+        m, k = _rows_cols(x.shape)
+        xc = _aligned(x)
+        s = scale.reshape(1).to(torch.float32).contiguous()
+        scale_inv = torch.empty(1, dtype=torch.float32, device=x.device)
+        scratch = torch.zeros(1, dtype=torch.float32, device=x.device) if amax_accumulator is not None else None
+        row = torch.empty(x.shape, dtype=torch.uint8, device=x.device) if rowwise else None
+        col = None
+        sfx = _SUFFIX[x.dtype]
+        if columnwise:
+            col = torch.empty((k, *x.shape[:-1]), dtype=torch.uint8, device=x.device)
+            tiles = _ceil_div(m, 128) * _ceil_div(k, 128)
+            vec_in, vec_row, vec_col = int(k % 8 == 0), int(k % 8 == 0), int(m % 16 == 0)
+            _run("cast_fp8.cu", f"fp8_cast_transpose_{sfx}", (tiles,), _TILE_THREADS,
+                 (ptr(xc), i32(m), i32(k), i32(vec_in), i32(vec_row), i32(vec_col), ptr(s), i32(e5m2), ptr(row),
+                  ptr(col), ptr(scale_inv), ptr(scratch)), x.device)
+        else:
+            n = xc.numel()
+            _run("cast_fp8.cu", f"fp8_cast_{sfx}", _grid(_ceil_div(n, 16), x.device), _THREADS,
+                 (ptr(xc), i64(n), i32(1), ptr(s), i32(e5m2), ptr(row), ptr(scale_inv), ptr(scratch)), x.device)
+        if amax_accumulator is not None:
+            _run("cast_fp8.cu", "fp8_amax_finalize", (1,), 32, (ptr(amax_accumulator), ptr(scratch)), x.device)
+        return row, scale_inv, col, scale_inv
+
+    def dequantize_float8(self, data, scale_inv, *, fp8_dtype, out_dtype):
+        if not (_on_cuda(data, scale_inv) and fp8_dtype in _FP8 and out_dtype in _SUFFIX and data.dim() > 0
+                and data.dtype in (torch.uint8, fp8_dtype) and scale_inv.numel() == 1 and data.numel() > 0):
+            return super().dequantize_float8(data, scale_inv, fp8_dtype=fp8_dtype, out_dtype=out_dtype)
+        q = _aligned(data.view(torch.uint8))
+        si = scale_inv.reshape(1).to(torch.float32).contiguous()
+        out = torch.empty(data.shape, dtype=out_dtype, device=data.device)
+        n = q.numel()
+        _run("cast_fp8.cu", f"fp8_dequantize_{_SUFFIX[out_dtype]}", _grid(_ceil_div(n, 16), data.device), _THREADS,
+             (ptr(q), i64(n), i32(1), ptr(si), i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
+        return out
+
+    # --------------------------------------------------------------- MXFP8
+    def quantize_mxfp8(self, x, *, fp8_dtype, rowwise, columnwise, with_2d_quantization=False):
+        if not (_fast_input(x) and fp8_dtype in _FP8 and (rowwise or columnwise) and _mxfp8_shape_ok(x.shape)):
+            return super().quantize_mxfp8(x, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise,
+                                          with_2d_quantization=with_2d_quantization)
+        e5m2, _, inv_fmax_bits = _FP8[fp8_dtype]
+        m, k = _rows_cols(x.shape)
+        xc = _aligned(x)
+        dev = x.device
+        u8 = dict(dtype=torch.uint8, device=dev)
+        row_data = torch.empty(x.shape, **u8) if rowwise else None
+        row_scale = torch.zeros(_round_up(m, 128), _round_up(k // 32, 4), **u8) if rowwise else None
+        col_data = torch.empty(x.shape, **u8) if columnwise else None
+        col_scale = torch.zeros(_round_up(m // 32, 4), _round_up(k, 128), **u8) if columnwise else None
+        tiles = (m // 32) * _ceil_div(k, 128)
+        _run("mxfp8.cu", f"mxfp8_quantize_{_SUFFIX[x.dtype]}", (tiles,), _THREADS,
+             (ptr(xc), i32(m), i32(k), i32(e5m2), f32(_f32_from_bits(inv_fmax_bits)), i32(int(with_2d_quantization)),
+              ptr(row_data), ptr(row_scale), i32(row_scale.shape[1] if rowwise else 0), ptr(col_data), ptr(col_scale),
+              i32(col_scale.shape[1] if columnwise else 0)), dev)
+        return row_data, row_scale, col_data, col_scale
+
+    def dequantize_mxfp8(self, data, scale_inv, *, fp8_dtype, columnwise, out_dtype):
+        m, k = _rows_cols(data.shape)
+        needed = (m // 32, k) if columnwise else (m, k // 32)
+        ok = (_on_cuda(data, scale_inv) and fp8_dtype in _FP8 and out_dtype in _SUFFIX and data.numel() > 0
+              and data.dtype in (torch.uint8, fp8_dtype) and scale_inv.dtype == torch.uint8 and scale_inv.dim() == 2
+              and scale_inv.stride(1) == 1 and k % 32 == 0 and (not columnwise or m % 32 == 0)
+              and scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1])
+        if not ok:
+            return super().dequantize_mxfp8(data, scale_inv, fp8_dtype=fp8_dtype, columnwise=columnwise,
+                                            out_dtype=out_dtype)
+        q = _aligned(data.view(torch.uint8))
+        out = torch.empty(data.shape, dtype=out_dtype, device=data.device)
+        _run("mxfp8.cu", f"mxfp8_dequantize_{_SUFFIX[out_dtype]}", _grid(m * k // 16, data.device), _THREADS,
+             (ptr(q), i64(m), i64(k), ptr(scale_inv), i32(scale_inv.stride(0)), i32(int(columnwise)),
+              i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
+        return out
+
+    # --------------------------------------------------------- FP8 blocks
+    def quantize_float8_block(self, x, *, fp8_dtype, rowwise, columnwise, block_scaling_dim, force_pow_2_scales,
+                              amax_epsilon):
+        if not (_fast_input(x) and fp8_dtype in _FP8 and block_scaling_dim in (1, 2) and (rowwise or columnwise)):
+            return super().quantize_float8_block(
+                x, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise, block_scaling_dim=block_scaling_dim,
+                force_pow_2_scales=force_pow_2_scales, amax_epsilon=amax_epsilon)
+        e5m2, fmax, _ = _FP8[fp8_dtype]
+        m, k = _rows_cols(x.shape)
+        dev = x.device
+        xc = _aligned(x)
+        two_d = block_scaling_dim == 2
+        bm, bk = _ceil_div(m, 128), _ceil_div(k, 128)
+        if two_d:
+            row_scale_shape, col_scale_shape = (bm, _round_up(bk, 4)), (bk, _round_up(bm, 4))
+        else:
+            row_scale_shape, col_scale_shape = (bk, _round_up(m, 4)), (bm, _round_up(k, 4))
+        row_data = torch.empty(x.shape, dtype=torch.uint8, device=dev) if rowwise else None
+        row_scale = torch.zeros(row_scale_shape, dtype=torch.float32, device=dev) if rowwise else None
+        col_data = torch.empty((k, *x.shape[:-1]), dtype=torch.uint8, device=dev) if columnwise else None
+        col_scale = torch.zeros(col_scale_shape, dtype=torch.float32, device=dev) if columnwise else None
+        value_for_inf = float(torch.finfo(x.dtype).max)
+        _run("fp8_block.cu", f"fp8_block_quantize_{_SUFFIX[x.dtype]}", (bm * bk,), _TILE_THREADS,
+             (ptr(xc), i32(m), i32(k), i32(int(k % 8 == 0)), i32(int(k % 8 == 0)), i32(int(m % 16 == 0)), i32(e5m2),
+              f32(fmax), i32(int(force_pow_2_scales)), f32(amax_epsilon), f32(value_for_inf), i32(int(two_d)),
+              ptr(row_data), ptr(row_scale), i32(row_scale_shape[1]), ptr(col_data), ptr(col_scale),
+              i32(col_scale_shape[1])), dev)
+        return row_data, row_scale, col_data, col_scale
+
+    def dequantize_float8_block(self, data, scale_inv, *, fp8_dtype, columnwise, block_scaling_dim, out_dtype):
+        ok = (_on_cuda(data, scale_inv) and fp8_dtype in _FP8 and out_dtype in _SUFFIX and data.numel() > 0
+              and data.dim() > 0 and data.dtype in (torch.uint8, fp8_dtype) and block_scaling_dim in (1, 2)
+              and scale_inv.dtype == torch.float32 and scale_inv.dim() == 2 and scale_inv.stride(1) == 1)
+        if ok:
+            r = data.shape[0] if columnwise else data.numel() // data.shape[-1]
+            c = data.numel() // r
+            needed = (_ceil_div(r, 128), _ceil_div(c, 128)) if block_scaling_dim == 2 else (_ceil_div(c, 128), r)
+            ok = scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1]
+        if not ok:
+            return super().dequantize_float8_block(data, scale_inv, fp8_dtype=fp8_dtype, columnwise=columnwise,
+                                                   block_scaling_dim=block_scaling_dim, out_dtype=out_dtype)
+        q = _aligned(data.view(torch.uint8))
+        out = torch.empty(data.shape, dtype=out_dtype, device=data.device)
+        vec = int(c % 16 == 0)
+        _run("fp8_block.cu", f"fp8_block_dequantize_{_SUFFIX[out_dtype]}",
+             _grid(r * c // 16 if vec else r * c, data.device), _THREADS,
+             (ptr(q), i64(r), i64(c), i32(vec), ptr(scale_inv), i32(scale_inv.stride(0)),
+              i32(int(block_scaling_dim == 2)), i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
+        return out
+
+    # --------------------------------------------------------------- NVFP4
+    def quantize_nvfp4(self, x, *, rowwise, columnwise, with_2d_quantization=False, with_rht=False,
+                       with_random_sign_mask=True, stochastic_rounding=False, random_bytes_rowwise=None,
+                       random_bytes_columnwise=None, use_4over6=False, e4m3_max_4over6=256.0, err_mode="MAE",
+                       row_scaled=False):
+        options = dict(
+            rowwise=rowwise, columnwise=columnwise, with_2d_quantization=with_2d_quantization, with_rht=with_rht,
+            with_random_sign_mask=with_random_sign_mask, stochastic_rounding=stochastic_rounding,
+            random_bytes_rowwise=random_bytes_rowwise, random_bytes_columnwise=random_bytes_columnwise,
+            use_4over6=use_4over6, e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled,
+        )
+        if not (_fast_input(x) and x.ndim == 2 and not row_scaled and _on_cuda(x, random_bytes_rowwise)
+                and _on_cuda(x, random_bytes_columnwise)):
+            return super().quantize_nvfp4(x, **options)
+        err_mode = err_mode.upper()
+        e4m3_max_4over6 = float(e4m3_max_4over6)
+        _validate(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d=with_2d_quantization, with_rht=with_rht,
+                          stochastic_rounding=stochastic_rounding, use_4over6=use_4over6,
+                          e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled))
+        m, k = x.shape
+        _check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
+        _check_random_bytes("random_bytes_columnwise", random_bytes_columnwise, (k, m),
+                            stochastic_rounding and columnwise)
+        return _nvfp4_quantize(
+            _aligned(x), rowwise=rowwise, columnwise=columnwise, two_d=with_2d_quantization,
+            rht=with_rht and columnwise, sign_mask=with_random_sign_mask,
+            random_rowwise=_aligned(random_bytes_rowwise) if stochastic_rounding and rowwise else None,
+            random_columnwise=_aligned(random_bytes_columnwise) if stochastic_rounding and columnwise else None,
+            use_4over6=use_4over6, e4m3_max=e4m3_max_4over6 if use_4over6 else 448.0, mse=err_mode == "MSE",
+        )
+
+    def dequantize_nvfp4(self, data, scale_inv, amax, *, shape, columnwise, e4m3_max, out_dtype):
+        plan = _nvfp4_dequantize_plan(data, scale_inv, amax, shape, columnwise, out_dtype)
+        if plan is None:
+            return super().dequantize_nvfp4(data, scale_inv, amax, shape=shape, columnwise=columnwise,
+                                            e4m3_max=e4m3_max, out_dtype=out_dtype)
+        rows, cols, a = plan
+        q = _aligned(data)
+        dev = data.device
+        out = torch.empty(tuple(shape), dtype=out_dtype, device=dev)
+        common = (ptr(scale_inv), i32(scale_inv.stride(0)), ptr(a), i32(int(a.numel() == rows and rows > 1)),
+                  f32(np.float32(1.0 / (6.0 * e4m3_max))), ptr(out))
+        sfx = _SUFFIX[out_dtype]
+        if columnwise:
+            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 64)
+            _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (tiles,), _THREADS,
+                 (ptr(q), i32(rows), i32(cols), *common), dev)
+        else:
+            _run("nvfp4.cu", f"nvfp4_dequantize_rows_{sfx}", _grid(rows * cols // 16, dev), _THREADS,
+                 (ptr(q), i64(rows), i64(cols), *common), dev)
+        return out
+
+
+# ------------------------------------------------------------------ family helpers
+def _mxfp8_shape_ok(shape: torch.Size) -> bool:
+    try:
+        check_mxfp8_shape(shape)
+    except ValueError:
+        return False
+    return True
+
+
+def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: bool, rht: bool, sign_mask: bool,
+                    random_rowwise: torch.Tensor | None, random_columnwise: torch.Tensor | None, use_4over6: bool,
+                    e4m3_max: float, mse: bool) -> tuple[Any, ...]:
+    """Validated, aligned ``x`` ``(M, K)``: pass 1 (global amaxes), pass 2 (data and scales)."""
+    m, k = x.shape
+    dev = x.device
+    zeros = functools.partial(torch.zeros, dtype=torch.float32, device=dev)
+    row_amax = zeros(1) if rowwise else None
+    col_amax = zeros(1) if columnwise else None
+    if rht:  # the column-wise amax is taken over the bf16 RHT outputs
+        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (_ceil_div(m, 64) * _ceil_div(k, 256),), _THREADS,
+             (ptr(x), i32(m), i32(k), i32(int(sign_mask)), ptr(row_amax), ptr(col_amax)), dev)
+    else:  # both orientations see the same values
+        first, second = (row_amax, col_amax) if rowwise else (col_amax, None)
+        _amax_into(x, first, second)
+    u8 = functools.partial(torch.empty, dtype=torch.uint8, device=dev)
+    row_data = u8(m, k // 2) if rowwise else None
+    col_data = u8(k, m // 2) if columnwise else None
+    row_scale = torch.zeros(nvfp4_scale_shape(m, k), dtype=torch.uint8, device=dev) if rowwise else None
+    col_scale = torch.zeros(nvfp4_scale_shape(k, m), dtype=torch.uint8, device=dev) if columnwise else None
+    tile_cols = 512 // x.element_size()
+    tiles = _ceil_div(m, 64) * _ceil_div(k, tile_cols)
+    _run("nvfp4.cu", f"nvfp4_quantize_{_SUFFIX[x.dtype]}", (tiles,), _THREADS,
+         (ptr(x), i32(m), i32(k),
+          ptr(row_data), ptr(row_scale), i32(row_scale.shape[1] if rowwise else 0), ptr(row_amax), ptr(random_rowwise),
+          ptr(col_data), ptr(col_scale), i32(col_scale.shape[1] if columnwise else 0), ptr(col_amax),
+          ptr(random_columnwise),
+          i32(int(two_d)), i32(int(use_4over6)), i32(int(mse)), f32(np.float32(6.0 * e4m3_max)), i32(int(rht)),
+          i32(int(sign_mask))), dev)
+    return row_data, row_scale, row_amax, col_data, col_scale, col_amax
+
+
+def _nvfp4_dequantize_plan(data: torch.Tensor, scale_inv: torch.Tensor, amax: Any, shape: Any, columnwise: bool,
+                           out_dtype: torch.dtype) -> tuple[int, int, torch.Tensor] | None:
+    """``(rows, cols, amax fp32)`` when the kernels take these inputs as the reference reads them, else None."""
+    if len(shape) == 0 or not _on_cuda(data, scale_inv) or out_dtype not in _SUFFIX:
+        return None
+    m, k = _rows_cols(tuple(int(d) for d in shape))
+    rows, cols = (k, m) if columnwise else (m, k)
+    if (cols % 16 != 0 or data.dtype != torch.uint8 or tuple(data.shape) != (rows, cols // 2) or rows * cols == 0
+            or scale_inv.dtype != torch.uint8 or scale_inv.dim() != 2 or scale_inv.stride(1) != 1
+            or scale_inv.shape[0] < rows or scale_inv.shape[1] < cols // 16 or (columnwise and rows % 16 != 0)):
+        return None
+    a = torch.as_tensor(amax, dtype=torch.float32, device=data.device).reshape(-1).contiguous()
+    if a.numel() not in (1, rows):
+        return None
+    return rows, cols, a

@@ -20,7 +20,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace_cmd.add_parser(sub)
     check_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        if args.command != "bench":
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.script_args = [*args.script_args, *extra]
     return args.func(args)
 
 

@@ -18,7 +18,7 @@ SCRIPT = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "bench_fas
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="run the fast-path benchmarks (needs a CUDA GPU and CuPy)")
-    p.add_argument("script_args", nargs=argparse.REMAINDER, help="arguments for benchmarks/bench_fastpath.py")
+    p.add_argument("script_args", nargs="*", help="arguments for benchmarks/bench_fastpath.py (e.g. --quick)")
     p.set_defaults(func=run)
 
 

@@ -55,12 +55,27 @@ def fill_parameter_in_place(param: torch.nn.Parameter, value: torch.Tensor) -> b
     weak reference to the parameter exists); the caller then replaces the object.
     """
     replacement = torch.nn.Parameter(value.detach(), requires_grad=param.requires_grad)
-    replacement.__dict__.update(param.__dict__)
+    _carry_user_attributes(param, replacement)
     try:
         torch.utils.swap_tensors(param, replacement)
     except RuntimeError:
         return False
     return True
+
+
+def _carry_user_attributes(old: torch.Tensor, new: torch.Tensor) -> None:
+    """Copy the attributes a user set on ``old`` (``main_grad``, tags...) onto ``new``.
+
+    A tensor subclass keeps its own state in ``__dict__`` (a QuantizedTensor's
+    data and scales): that state belongs to the value, never carried over.
+    """
+    internal: set[str] = set()
+    if hasattr(old, "__tensor_flatten__"):
+        names, context = old.__tensor_flatten__()
+        internal = set(names) | set(context)
+    for key, value in old.__dict__.items():
+        if key not in new.__dict__ and key not in internal:
+            new.__dict__[key] = value
 
 
 class ParameterLifecycle(torch.nn.Module):
@@ -185,7 +200,7 @@ class ParameterLifecycle(torch.nn.Module):
         if fill_parameter_in_place(param, value):
             return
         replacement = torch.nn.Parameter(value, requires_grad=param.requires_grad)
-        replacement.__dict__.update(param.__dict__)
+        _carry_user_attributes(param, replacement)
         self.register_parameter(name, replacement)
 
     # ------------------------------------------------------------- replacement

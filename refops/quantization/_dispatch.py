@@ -1,7 +1,8 @@
 """How torch operations treat a ``QuantizedTensor`` (its ``__torch_dispatch__``).
 
-* ``detach`` / ``alias``: a new tensor of the same class sharing the arrays
-  (what ``nn.Parameter(q)`` and ``state_dict()`` need);
+* ``detach`` / ``alias`` / a ``view`` to the same shape: a new tensor of the same
+  class sharing the arrays (what ``nn.Parameter(q)``, ``state_dict()`` and autograd
+  returning an input unchanged need);
 * ``clone``: same class, copied arrays;
 * ``copy_(dst, src)``: into a quantized ``dst``, raw arrays are copied when
   ``src`` is quantized the same way, else ``src`` is re-quantized with ``dst``'s
@@ -32,6 +33,17 @@ _NOMINAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 def _alias(tensor: QuantizedTensor, *_: Any, **__: Any) -> QuantizedTensor:
     return type(tensor).make_like(tensor)
+
+
+def _view(tensor: QuantizedTensor, size: Any) -> torch.Tensor:
+    """A view to the same shape (what autograd's ``view_as`` does to a returned input) stays quantized."""
+    try:
+        same = torch.Size(torch.empty(tensor.shape, device="meta").view(size).shape) == tensor.shape
+    except RuntimeError:
+        same = False
+    if same:
+        return _alias(tensor)
+    return tensor._dequantize_impl(tensor.dtype, None).view(size)
 
 
 def _clone(tensor: QuantizedTensor, *, memory_format: Any = None) -> QuantizedTensor:
@@ -87,6 +99,7 @@ def _empty_like(tensor: QuantizedTensor, **kwargs: Any) -> torch.Tensor:
 _HANDLERS: dict[Any, Callable[..., Any]] = {
     aten.detach.default: _alias,
     aten.alias.default: _alias,
+    aten.view.default: _view,
     aten.clone.default: _clone,
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,

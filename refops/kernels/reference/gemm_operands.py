@@ -18,7 +18,8 @@ def _dequantize(t: torch.Tensor, usage: str, name: str) -> torch.Tensor:
             f"gemm: operand {name} is a {type(t).__name__} without {usage} data, which this GEMM reads "
             f"(it contracts {name}'s {dim} dim); quantize it with that usage enabled"
         )
-    return t.dequantize(dtype=torch.float32, usage=usage)  # type: ignore[attr-defined]
+    values = t.dequantize(dtype=torch.float32, usage=usage)  # type: ignore[attr-defined]
+    return values.reshape(-1, values.shape[-1])  # leading dims flatten into rows
 
 
 def dequantize_gemm_operands(
@@ -31,7 +32,8 @@ def dequantize_gemm_operands(
     ``op(b) = b.T`` (``trans_b``) -> row-wise, ``op(b) = b`` -> column-wise. NVFP4
     column-wise data with the random Hadamard transform is in the Hadamard domain;
     the transform cancels only when both operands carry it, so pairing it with
-    anything else is an error.
+    anything else is an error. A quantized operand with more than two dims is
+    flattened to ``(rows, last dim)`` after dequantizing.
     """
     # Imported here: refops.quantization is built on top of the kernels.
     from ...quantization.quantized_tensor import QuantizedTensor

@@ -71,7 +71,7 @@ def _quantize_tiles(
     block_amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=(1, 3))
     scale = compute_scale_from_amax(block_amax, **scale_args)
     q = float8_format(fp8_dtype).quantize(tiles * scale[:, None, :, None]).view(torch.uint8)
-    q = q.reshape(tiles.shape[0] * tile_rows, -1)[:r, :c].contiguous()
+    q = q.reshape(tiles.shape[0] * tile_rows, tiles.shape[2] * FP8_BLOCK_SIZE)[:r, :c].contiguous()
     return q, reciprocal_rn(scale)
 
 

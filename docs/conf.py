@@ -1,0 +1,53 @@
+"""Sphinx configuration for the refops documentation (MyST Markdown, autodoc, Mermaid).
+
+Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``. Diagrams and
+figures are generated from refops itself at the start of every build
+(``docs/_ext/refops_artifacts.py``), into ``docs/_generated/`` (ignored by git).
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")  # figures are drawn at build time, without a display
+
+DOCS = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(DOCS / "_ext"))
+sys.path.insert(0, str(DOCS.parent))
+
+project = "refops"
+author = "the refops authors"
+copyright = "the refops authors, Apache-2.0"  # noqa: A001 (Sphinx's name)
+
+extensions = [
+    "myst_parser",
+    "sphinx.ext.autodoc",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.mathjax",
+    "sphinxcontrib.mermaid",
+    "refops_artifacts",
+]
+
+source_suffix = {".md": "markdown"}
+root_doc = "index"
+exclude_patterns = ["_build", "_generated", "_ext", "Thumbs.db", ".DS_Store"]
+
+myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
+myst_heading_anchors = 3
+
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+# An override without a docstring of its own is documented once, on the class that defines
+# the contract (BasicOperation.op_forward, Quantizer.make_empty...), not repeated on every op.
+autodoc_inherit_docstrings = False
+autodoc_typehints = "signature"
+autodoc_class_signature = "mixed"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+
+html_theme = "alabaster"
+html_title = "refops"
+html_theme_options = {"description": "A readable reference for TransformerEngine-style fusible ops", "page_width": "1100px"}

@@ -1,0 +1,212 @@
+"""Fast-path GEMMs against the reference backend on the same GPU.
+
+Plain operands: cuBLAS in the operands' dtype vs the reference's IEEE fp32 GEMM,
+within ``gemm_tols``. Per-tensor FP8 operands: ``torch._scaled_mm`` vs the exact
+fp32 product of the dequantized values, within E4M3 tolerance; every other
+quantized operand: the backend's dequantization then cuBLAS, within the recipe's
+tolerance. The GEMM path taken must be the one ``GEMM_PATHS`` lists.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import refops
+from fastpath.backend import FastpathKernels
+from fastpath.gemm import GEMM_PATHS, GemmPath, gemm_path
+from refops.kernels import ReferenceKernels
+from refops.quantization import (
+    DType,
+    Float8BlockQuantizer,
+    Float8CurrentScalingQuantizer,
+    MXFP8Quantizer,
+    NVFP4Quantizer,
+)
+from refops.testing import RECIPE_NAMES, gemm_tols, quantization_tols
+from refops.testing.tensor_report import compare_tensors
+
+DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def make(shape, dtype, device, *, seed=0, scale=1.0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * scale).to(dtype).to(device)
+
+
+def run_both(reference_backend, fastpath_backend, *args: Any, **kwargs: Any):
+    with refops.use_backend(reference_backend) as ref:
+        expected = ref.gemm(*args, **kwargs)
+    with refops.use_backend(fastpath_backend) as fast:
+        actual = fast.gemm(*args, **kwargs)
+    torch.cuda.synchronize()
+    return actual, expected
+
+
+def assert_close(actual, expected, what, *, rtol, atol) -> None:
+    assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+    assert actual.dtype == expected.dtype, f"{what}: dtype {actual.dtype} != {expected.dtype}"
+    result = compare_tensors(what, actual, expected, tier="tolerance", rtol=rtol, atol=atol)
+    if not result.passed:
+        i = result.first_mismatches[0]
+        raise AssertionError(f"{result}; at {i}: fastpath {actual[i].item()!r} vs reference {expected[i].item()!r}")
+
+
+def gemm_scale_atol(tols: dict[str, float], a: torch.Tensor, b: torch.Tensor, k: int) -> float:
+    """atol for a K-term dot product: the dtype's, plus rtol times the typical |term sum| (sqrt(K) |a| |b|)."""
+    typical = float(a.float().abs().mean() * b.float().abs().mean()) * k ** 0.5
+    return tols["atol"] + tols["rtol"] * 0.05 * typical
+
+
+# -------------------------------------------------------------------- plain
+@pytest.mark.parametrize("m,k,n", [(64, 128, 32), (17, 33, 9), (1, 256, 1), (256, 1024, 256)], ids=str)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False), (True, True)],
+                         ids=["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_plain_gemm(dtype, trans_a, trans_b, m, k, n, cuda, reference_backend, fastpath_backend):
+    a = make((k, m) if trans_a else (m, k), dtype, cuda)
+    b = make((n, k) if trans_b else (k, n), dtype, cuda, seed=1)
+    kw = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=dtype)
+    y, y_ref = run_both(reference_backend, fastpath_backend, a, b, **kw)
+    tols = gemm_tols(dtype)
+    assert_close(y, y_ref, f"{dtype} gemm", rtol=tols["rtol"], atol=gemm_scale_atol(tols, a, b, k))
+    assert gemm_path(a, b, trans_a=trans_a, trans_b=trans_b) == "cublas"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_plain_gemm_alpha_out_accumulate(dtype, cuda, reference_backend, fastpath_backend):
+    a, b = make((48, 64), dtype, cuda), make((80, 64), dtype, cuda, seed=1)
+    tols = gemm_tols(dtype)
+    atol = gemm_scale_atol(tols, a, b, 64)
+    y, y_ref = run_both(reference_backend, fastpath_backend, a, b, trans_b=True, out_dtype=dtype, alpha=0.5)
+    assert_close(y, y_ref, "alpha=0.5", rtol=tols["rtol"], atol=atol)
+    start = make((48, 80), dtype, cuda, seed=2)
+    out, out_ref = start.clone(), start.clone()
+    with refops.use_backend(reference_backend) as ref:
+        returned_ref = ref.gemm(a, b, trans_b=True, out_dtype=dtype, alpha=2.0, out=out_ref, accumulate=True)
+    with refops.use_backend(fastpath_backend) as fast:
+        returned = fast.gemm(a, b, trans_b=True, out_dtype=dtype, alpha=2.0, out=out, accumulate=True)
+    assert returned is out and returned_ref is out_ref
+    assert_close(out, out_ref, "out += 2 a b^T", rtol=tols["rtol"], atol=2 * atol)
+    out = torch.full((48, 80), float("nan"), dtype=dtype, device=cuda)
+    with refops.use_backend(fastpath_backend) as fast:
+        fast.gemm(a, b, trans_b=True, out_dtype=dtype, out=out)
+    assert_close(out, y_ref * 2, "out = a b^T (NaN in out ignored)", rtol=tols["rtol"], atol=atol)
+
+
+def test_plain_gemm_into_fp32_main_grad(cuda, reference_backend, fastpath_backend):
+    """bf16 operands accumulated into an fp32 buffer (wgrad into main_grad): the reference's arithmetic."""
+    dy, x = make((128, 64), torch.bfloat16, cuda), make((128, 32), torch.bfloat16, cuda, seed=1)
+    main, main_ref = torch.ones(64, 32, device=cuda), torch.ones(64, 32, device=cuda)
+    with refops.use_backend(reference_backend) as ref:
+        ref.gemm(dy, x, trans_a=True, out_dtype=torch.float32, out=main_ref, accumulate=True)
+    with refops.use_backend(fastpath_backend) as fast:
+        fast.gemm(dy, x, trans_a=True, out_dtype=torch.float32, out=main, accumulate=True)
+    tols = gemm_tols(torch.float32)
+    assert_close(main, main_ref, "main_grad += dy^T x", rtol=tols["rtol"], atol=gemm_scale_atol(tols, dy, x, 128))
+
+
+# ---------------------------------------------------------- quantized operands
+def quantizer(recipe_name: str, role: str, device: torch.device):
+    """A fresh quantizer with both usages: E4M3 for x/w, E5M2 for grads (HYBRID) on per-tensor FP8."""
+    fp8 = DType.kFloat8E5M2 if role == "grad" else DType.kFloat8E4M3
+    if recipe_name in ("fp8_delayed_scaling", "fp8_current_scaling"):
+        return Float8CurrentScalingQuantizer(fp8, device)
+    if recipe_name == "mxfp8":
+        return MXFP8Quantizer(DType.kFloat8E4M3)
+    if recipe_name == "fp8_block_scaling":
+        return Float8BlockQuantizer(DType.kFloat8E4M3, rowwise=True, columnwise=True,
+                                    block_scaling_dim=2 if role == "weight" else 1)
+    if recipe_name == "nvfp4_4over6":
+        return NVFP4Quantizer(nvfp4_use_4over6=True, nvfp4_e4m3_max=256)
+    return NVFP4Quantizer()
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("recipe_name", RECIPE_NAMES)
+def test_quantized_linear_gemms(recipe_name, dtype, cuda, reference_backend, fastpath_backend):
+    """fprop y = x W^T, dgrad dx = dy W, wgrad dW = dy^T x with the recipe's operands."""
+    if recipe_name.startswith("nvfp4") and dtype != torch.bfloat16:
+        pytest.skip("NVFP4 is tested in bf16 only (as in TE)")
+    tokens, hidden, ffn = 128, 256, 128
+    x, w = make((tokens, hidden), dtype, cuda), make((ffn, hidden), dtype, cuda, seed=1, scale=0.1)
+    dy = make((tokens, ffn), dtype, cuda, seed=2, scale=0.1)
+    with refops.use_backend(reference_backend):  # the operands: identical bytes for both GEMMs
+        qx = quantizer(recipe_name, "input", cuda)(x)
+        qw = quantizer(recipe_name, "weight", cuda)(w)
+        qdy = quantizer(recipe_name, "grad", cuda)(dy)
+    tols = quantization_tols(recipe_name)
+    expected_path = GEMM_PATHS[recipe_name].path
+    for what, a, b, kw, k in [
+        ("fprop", qx, qw, dict(trans_b=True), hidden),
+        ("dgrad", qdy, qw, {}, ffn),
+        ("wgrad", qdy, qx, dict(trans_a=True), tokens),
+    ]:
+        y, y_ref = run_both(reference_backend, fastpath_backend, a, b, out_dtype=dtype, **kw)
+        scale = y_ref.float().abs().amax().item()
+        assert_close(y, y_ref, f"{recipe_name} {what}", rtol=tols["rtol"], atol=tols["atol"] * max(scale, 1e-3))
+        assert gemm_path(a, b, **kw) == expected_path, what
+
+
+@pytest.mark.parametrize("recipe_name", ["fp8_current_scaling", "mxfp8"])
+def test_quantized_gemm_alpha_and_accumulate(recipe_name, cuda, reference_backend, fastpath_backend):
+    x, w = make((64, 128), torch.bfloat16, cuda), make((32, 128), torch.bfloat16, cuda, seed=1)
+    with refops.use_backend(reference_backend):
+        qx, qw = quantizer(recipe_name, "input", cuda)(x), quantizer(recipe_name, "weight", cuda)(w)
+    tols = quantization_tols(recipe_name)
+    start = make((64, 32), torch.float32, cuda, seed=3)
+    out, out_ref = start.clone(), start.clone()
+    with refops.use_backend(reference_backend) as ref:
+        ref.gemm(qx, qw, trans_b=True, out_dtype=torch.float32, alpha=0.25, out=out_ref, accumulate=True)
+    with refops.use_backend(fastpath_backend) as fast:
+        fast.gemm(qx, qw, trans_b=True, out_dtype=torch.float32, alpha=0.25, out=out, accumulate=True)
+    assert_close(out, out_ref, f"{recipe_name}: out += 0.25 x W^T", rtol=tols["rtol"], atol=tols["atol"])
+
+
+def test_fp8_shapes_cublas_cannot_take_are_dequantized(cuda, reference_backend, fastpath_backend):
+    """Dims not multiples of 16, and E5M2 x E5M2, take dequantize + cuBLAS and still match."""
+    x, w = make((24, 40), torch.bfloat16, cuda), make((8, 40), torch.bfloat16, cuda, seed=1)
+    with refops.use_backend(reference_backend):
+        qx, qw = quantizer("fp8_current_scaling", "input", cuda)(x), quantizer("fp8_current_scaling", "w", cuda)(w)
+        g1 = quantizer("fp8_current_scaling", "grad", cuda)(make((32, 64), torch.bfloat16, cuda, seed=2))
+        g2 = quantizer("fp8_current_scaling", "grad", cuda)(make((48, 64), torch.bfloat16, cuda, seed=3))
+    tols = quantization_tols("fp8_current_scaling")
+    for what, a, b in [("24x40x8", qx, qw), ("e5m2 x e5m2", g1, g2)]:
+        assert gemm_path(a, b, trans_b=True) == "dequantize+cublas", what
+        y, y_ref = run_both(reference_backend, fastpath_backend, a, b, trans_b=True, out_dtype=torch.bfloat16)
+        assert_close(y, y_ref, what, rtol=tols["rtol"], atol=tols["atol"])
+
+
+def test_missing_usage_raises_the_reference_error(cuda, reference_backend, fastpath_backend):
+    q = quantizer("fp8_current_scaling", "input", cuda)
+    q.set_usage(rowwise=True, columnwise=False)
+    with refops.use_backend(reference_backend):
+        qx = q(make((32, 64), torch.bfloat16, cuda))
+    errors = []
+    for backend in (reference_backend, fastpath_backend):
+        with refops.use_backend(backend) as kernels, pytest.raises(ValueError) as info:
+            kernels.gemm(qx, qx, trans_a=True, out_dtype=torch.bfloat16)
+        errors.append(str(info.value))
+    assert errors[0] == errors[1] and "columnwise" in errors[0]
+
+
+# ------------------------------------------------------- any machine (no GPU)
+def test_gemm_paths_cover_every_recipe():
+    assert set(GEMM_PATHS) == set(RECIPE_NAMES) | {"none"}
+    assert all(isinstance(p, GemmPath) and p.path in ("cublas", "scaled_mm", "dequantize+cublas") and p.reason
+               for p in GEMM_PATHS.values())
+    assert GEMM_PATHS["fp8_current_scaling"].path == "scaled_mm"
+    assert GEMM_PATHS["mxfp8"].path == GEMM_PATHS["nvfp4"].path == "dequantize+cublas"
+
+
+def test_cpu_operands_fall_back_to_the_reference():
+    fast, ref = FastpathKernels(), ReferenceKernels()
+    a, b = make((8, 16), torch.float32, "cpu"), make((4, 16), torch.float32, "cpu", seed=1)
+    assert torch.equal(fast.gemm(a, b, trans_b=True, out_dtype=torch.float32),
+                       ref.gemm(a, b, trans_b=True, out_dtype=torch.float32))
+    qx = Float8CurrentScalingQuantizer(DType.kFloat8E4M3)(a)
+    assert gemm_path(qx, qx, trans_b=True) == "dequantize+cublas"  # not CUDA: no _scaled_mm
+    assert torch.equal(fast.gemm(qx, qx, trans_b=True, out_dtype=torch.float32),
+                       ref.gemm(qx, qx, trans_b=True, out_dtype=torch.float32))

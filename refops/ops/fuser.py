@@ -227,6 +227,8 @@ class OperationFuser:
                 f"{first}: the input is on the meta device. Meta-built ops materialize their parameters "
                 "at the first forward, which needs real data: pass a tensor on a real device"
             )
+        if self._ops:
+            self._ops[0].check_input(input_)  # before anything is materialized
 
     def __call__(
         self,

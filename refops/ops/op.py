@@ -59,6 +59,9 @@ class FusibleOperation(torch.nn.Module, metaclass=abc.ABCMeta):
     def _check_can_materialize(self) -> None:
         """Raise (before anything is materialized) if this op's parameters could not be materialized."""
 
+    def check_input(self, input_: torch.Tensor) -> None:
+        """Raise a clear error if ``input_`` cannot be this op's input (checked before materialization)."""
+
     def pre_fuser_forward(self, *, requires_grad: bool) -> None:
         """Called on every forward, after fusion, with whether this op needs backward."""
 
@@ -347,6 +350,9 @@ class FusedOperation(FusibleOperation):
     def _check_can_materialize(self) -> None:
         for op in self.basic_ops:
             op._check_can_materialize()
+
+    def check_input(self, input_: torch.Tensor) -> None:
+        self.basic_ops[0].check_input(input_)
 
     def pre_first_fuser_forward(self) -> None:
         """Materialize the basic ops, then re-sync any aliases."""

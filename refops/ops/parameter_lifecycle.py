@@ -142,6 +142,13 @@ class ParameterLifecycle(torch.nn.Module):
             )
         return canonicalize_device(target)
 
+    def parameter_device(self) -> torch.device:
+        """Where the parameters are, or will be once materialized."""
+        for p in self._parameters.values():
+            if p is not None:
+                return self.materialization_device() if p.is_meta else p.device
+        return torch.get_default_device()
+
     def has_meta_parameters(self) -> bool:
         return any(p is not None and p.is_meta for p in self._parameters.values())
 

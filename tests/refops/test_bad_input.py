@@ -23,6 +23,7 @@ def test_wrong_in_features_names_op_and_expectation(device):
     model = te.ops.Sequential(te.ops.Linear(4, 3, device="meta"))
     with pytest.raises(ValueError, match=r"BasicLinear: expected input with last dim in_features=4, got shape \(2, 5\)"):
         model(torch.randn(2, 5, device=device))
+    assert all(p.is_meta for p in model.parameters()), "the first op's input is checked before materializing"
     model(torch.randn(2, 4, device=device)).sum().backward()
     assert model[0].weight.grad is not None
 
@@ -30,6 +31,13 @@ def test_wrong_in_features_names_op_and_expectation(device):
 def test_wrong_bias_size(device):
     with pytest.raises(ValueError, match=r"Bias: expected input with last dim size=3"):
         Bias(3, device=device)(torch.randn(2, 4, device=device))
+
+
+def test_wrong_normalized_shape_before_materializing(device):
+    model = te.ops.Sequential(te.ops.LayerNorm(8, device="meta"), te.ops.Linear(8, 4, device="meta"))
+    with pytest.raises(ValueError, match=r"LayerNorm: input of shape \(2, 6\) does not end with normalized_shape"):
+        model(torch.randn(2, 6, device=device))
+    assert all(p.is_meta for p in model.parameters())
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float64])

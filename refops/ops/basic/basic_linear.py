@@ -145,6 +145,11 @@ class BasicLinear(QuantizedWeights, BasicOperation):
             override=recipe.backward_override,
         )
 
+    def check_input(self, input_: torch.Tensor) -> None:
+        weight = self.weight
+        check_tensor(type(self).__name__, "input", input_, dtype=weight.dtype, device=self.parameter_device(),
+                     last_dim=self.in_features)
+
     # ---------------------------------------------------------------- forward
     def op_forward(
         self,

@@ -62,6 +62,10 @@ class Bias(BasicOperation):
     def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
         tensor.zero_()
 
+    def check_input(self, input_: torch.Tensor) -> None:
+        check_tensor(type(self).__name__, "input", input_, dtype=self.bias.dtype, device=self.parameter_device(),
+                     last_dim=self.size, last_dim_name="size")
+
     def op_forward(
         self,
         ctx: OperationContext,

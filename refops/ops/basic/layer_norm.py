@@ -139,6 +139,11 @@ class LayerNorm(BasicOperation):
         else:
             tensor.zero_()
 
+    def check_input(self, input_: torch.Tensor) -> None:
+        name = type(self).__name__
+        check_tensor(name, "input", input_, dtype=self.weight.dtype, device=self.parameter_device())
+        check_normalized_dims(name, input_, self._shape)
+
     def op_forward(
         self,
         ctx: OperationContext,

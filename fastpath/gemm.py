@@ -7,8 +7,10 @@ dequantizations in IEEE fp32; here cuBLAS accumulates in its own order (and FP8
 tensor cores align partial sums to a ~13-bit accumulator), so results match the
 reference within ``gemm_tols`` (plain) or ``quantization_tols`` (quantized).
 
-Operands the fast path does not take (CPU, mixed dtypes, non-2-D, a missing
-usage, an RHT mismatch) go to the reference, which also raises its errors.
+Quantized operands with more than two dims are flattened to ``(rows, last
+dim)``, as in the reference. Operands the fast path does not take (CPU, mixed
+dtypes, plain non-2-D, a missing usage, an RHT mismatch) go to the reference,
+which also raises its errors.
 """
 
 from __future__ import annotations
@@ -125,20 +127,31 @@ def _reads_hadamard_domain(t: torch.Tensor, usage: str) -> bool:
     return usage == "columnwise" and bool(getattr(t, "_columnwise_rht", False))
 
 
+def _rows_2d(data: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """Row-wise bytes ``(*lead, K)`` as ``(rows, K)``; None if absent or not contiguous."""
+    return data.reshape(-1, data.shape[-1]) if data is not None and data.is_contiguous() else None
+
+
+def _transpose_2d(data: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    """Column-wise (transposed) bytes ``(K, *lead)`` as ``(K, rows)``; None if absent or not contiguous."""
+    return data.reshape(data.shape[0], -1) if data is not None and data.is_contiguous() else None
+
+
 def _scaled_mm_operands(a, b, trans_a: bool, trans_b: bool):
     """``(mat1, mat2, scale_a, scale_b)`` for ``torch._scaled_mm``, or None if the pair does not qualify."""
-    if not (type(a) is Float8Tensor and type(b) is Float8Tensor and a.dim() == 2 and b.dim() == 2):
+    if not (type(a) is Float8Tensor and type(b) is Float8Tensor and a.dim() >= 2 and b.dim() >= 2):
         return None
     if not (a.is_cuda and torch.cuda.get_device_capability(a.device) >= (8, 9)):
         return None
     fp8 = (torch_fp8_dtype(a._fp8_dtype), torch_fp8_dtype(b._fp8_dtype))
     if fp8 == (torch.float8_e5m2, torch.float8_e5m2):
         return None  # cuBLAS has no E5M2 x E5M2 GEMM
-    # op(a) = a or a.T: row-major either way (the transpose copy holds a.T row-major).
-    a_data = a._transpose if trans_a else a._data
-    # op(b) = b.T or b: the .t() view of row-major data is the column-major operand cuBLAS wants.
-    b_data = b._data if trans_b else b._transpose
-    if a_data is None or b_data is None or not (a_data.is_contiguous() and b_data.is_contiguous()):
+    # Leading dims flatten into rows, as in the reference: t is (rows, last) = t2d.
+    # op(a) = a2d or a2d.T: row-major either way (the transpose copy holds a2d.T row-major).
+    a_data = _transpose_2d(a._transpose) if trans_a else _rows_2d(a._data)
+    # op(b) = b2d.T or b2d: the .t() view of row-major data is the column-major operand cuBLAS wants.
+    b_data = _rows_2d(b._data) if trans_b else _transpose_2d(b._transpose)
+    if a_data is None or b_data is None:
         return None
     mat1, mat2 = a_data.view(fp8[0]), b_data.view(fp8[1]).t()
     m, k = mat1.shape
@@ -186,21 +199,21 @@ class GemmKernels:
 
     @staticmethod
     def _fast_gemm(a, b, out, accumulate, target, trans_a, trans_b) -> bool:
-        """CUDA 2-D operands on one device, a float result, every usage the GEMM reads present."""
+        """CUDA operands on one device (plain ones 2-D), a float result, every usage the GEMM reads present."""
         if target not in _FLOATS or (accumulate and out is None):
             return False
         tensors = [t for t in (a, b, out) if t is not None]
-        if not all(t.is_cuda and t.device == a.device for t in tensors) or a.dim() != 2 or b.dim() != 2:
+        if not all(t.is_cuda and t.device == a.device for t in tensors):
             return False
         usages = {"a": _usage(trans_a, "a"), "b": _usage(trans_b, "b")}
         hadamard = []
         for name, t in (("a", a), ("b", b)):
-            if isinstance(t, QuantizedTensor):
-                if not t.has_usage(usages[name]):
+            if isinstance(t, QuantizedTensor):  # 2-D, or N-D flattened to (rows, last dim)
+                if t.dim() < 2 or not t.has_usage(usages[name]):
                     return False
                 hadamard.append(_reads_hadamard_domain(t, usages[name]))
             else:
-                if t.dtype not in _FLOATS:
+                if t.dtype not in _FLOATS or t.dim() != 2:
                     return False
                 hadamard.append(False)
         return hadamard[0] == hadamard[1]
@@ -209,7 +222,8 @@ class GemmKernels:
     def _dequantized(t: torch.Tensor, usage: str, dtype: torch.dtype) -> torch.Tensor:
         """``t`` in ``dtype``: a quantized tensor dequantized by the active backend's kernels."""
         if isinstance(t, QuantizedTensor):
-            return t.dequantize(dtype=dtype, usage=usage)
+            values = t.dequantize(dtype=dtype, usage=usage)
+            return values.reshape(-1, values.shape[-1])
         return t if t.dtype == dtype else t.to(dtype)
 
     @staticmethod

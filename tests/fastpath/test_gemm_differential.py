@@ -165,6 +165,23 @@ def test_quantized_gemm_alpha_and_accumulate(recipe_name, cuda, reference_backen
     assert_close(out, out_ref, f"{recipe_name}: out += 0.25 x W^T", rtol=tols["rtol"], atol=tols["atol"])
 
 
+@pytest.mark.parametrize("recipe_name", ["fp8_current_scaling", "mxfp8", "nvfp4"])
+def test_nd_quantized_operands_flatten_like_the_reference(recipe_name, cuda, reference_backend, fastpath_backend):
+    """A 3-D quantized input (a LayerNorm output with the input's leading dims) is (rows, last dim)."""
+    x, w = make((2, 64, 256), torch.bfloat16, cuda), make((128, 256), torch.bfloat16, cuda, seed=1, scale=0.1)
+    dy = make((2, 64, 128), torch.bfloat16, cuda, seed=2, scale=0.1)
+    with refops.use_backend(reference_backend):
+        qx, qw = quantizer(recipe_name, "input", cuda)(x), quantizer(recipe_name, "weight", cuda)(w)
+        qdy = quantizer(recipe_name, "grad", cuda)(dy)
+    tols = quantization_tols(recipe_name)
+    for what, a, b, kw in [("fprop", qx, qw, dict(trans_b=True)), ("wgrad", qdy, qx, dict(trans_a=True)),
+                           ("dgrad", qdy, qw, {})]:
+        y, y_ref = run_both(reference_backend, fastpath_backend, a, b, out_dtype=torch.bfloat16, **kw)
+        scale = y_ref.float().abs().amax().item()
+        assert_close(y, y_ref, f"{recipe_name} 3-D {what}", rtol=tols["rtol"], atol=tols["atol"] * max(scale, 1e-3))
+        assert gemm_path(a, b, **kw) == GEMM_PATHS[recipe_name].path, what
+
+
 def test_fp8_shapes_cublas_cannot_take_are_dequantized(cuda, reference_backend, fastpath_backend):
     """Dims not multiples of 16, and E5M2 x E5M2, take dequantize + cuBLAS and still match."""
     x, w = make((24, 40), torch.bfloat16, cuda), make((8, 40), torch.bfloat16, cuda, seed=1)

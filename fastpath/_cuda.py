@@ -20,7 +20,7 @@ __all__ = ["KERNEL_DIR", "COMPILE_OPTIONS", "get_kernel", "launch", "ptr", "i32"
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "kernels"
 #: NVRTC options: C++17, no FMA contraction (results must match the reference's op order), no fast math.
-COMPILE_OPTIONS = ("-std=c++17", "--fmad=false")
+COMPILE_OPTIONS = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 
 @functools.lru_cache(maxsize=None)

@@ -27,7 +27,7 @@ from typing import Optional, Sequence
 __all__ = ["KERNEL_DIR", "NVCC_FLAGS", "CompileResult", "find_nvcc", "kernel_files", "compile_file", "main"]
 
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "kernels"
-NVCC_FLAGS = ("-arch=sm_90", "-std=c++17", "--fmad=false")
+NVCC_FLAGS = ("-arch=sm_90", "-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -57,7 +57,7 @@ FP32_CONSTANTS = {
 #: last multiply with its "+ 1", and libdevice's expf/tanhf contract as in torch's build. Every
 #: op of the reference's sequence is an explicit __fmul_rn/__fadd_rn/__fsub_rn, never fused.
 #: With --fmad=false, sigmoid- and tanh-based results differ from torch's in some last bits.
-ACTIVATION_COMPILE_OPTIONS = ("-std=c++17", "--fmad=true")
+ACTIVATION_COMPILE_OPTIONS = ("-std=c++17", "--fmad=true", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements per 16 bytes

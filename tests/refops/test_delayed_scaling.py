@@ -66,14 +66,14 @@ def test_scales_and_histories_over_three_steps(device):
         scale_dy = _scale(E5M2_MAX, 2, max(seen_dy))
         fwd_scale = op._recipe_states["forward"].scale
         bwd_scale = op._recipe_states["backward"].scale
-        torch.testing.assert_close(fwd_scale.cpu(), torch.tensor([scale_x, scale_w]), rtol=0, atol=0)
-        torch.testing.assert_close(bwd_scale.cpu(), torch.tensor([scale_dy]), rtol=0, atol=0)
+        torch.testing.assert_close(fwd_scale.cpu(), torch.tensor([scale_x, scale_w], device="cpu"), rtol=0, atol=0)
+        torch.testing.assert_close(bwd_scale.cpu(), torch.tensor([scale_dy], device="cpu"), rtol=0, atol=0)
         assert op.get_quantizer("forward", 0).scale.item() == scale_x
 
         history = op._recipe_states["forward"].amax_history.cpu()
         assert history.shape == (8, 2)
         assert torch.all(history[0] == 0)  # row 0 is the accumulator of the next step
-        expected_tail = torch.tensor([seen_x[::-1], seen_w[::-1]]).t().flip(0)
+        expected_tail = torch.tensor([seen_x[::-1], seen_w[::-1]], device="cpu").t().flip(0)
         assert torch.equal(history[8 - len(seen_x):], expected_tail)
 
 
@@ -88,7 +88,7 @@ def test_no_update_under_no_grad_but_amax_keeps_accumulating(device):
     with torch.no_grad(), te.autocast(recipe=recipe):
         op(x)
     state = op._recipe_states["forward"]
-    assert torch.equal(state.scale.cpu(), torch.ones(2))  # frozen
+    assert torch.equal(state.scale.cpu(), torch.ones(2, device="cpu"))  # frozen
     assert state.amax_history[0, 0].item() == _amax(x)  # recorded
     x2 = torch.randn(4, 16, device=device) * 2
     with te.autocast(recipe=recipe):
@@ -104,7 +104,7 @@ def test_update_happens_at_the_outermost_autocast_exit(device):
     with te.autocast(recipe=recipe):
         with te.autocast(recipe=recipe):
             op(x)
-        assert torch.equal(op._recipe_states["forward"].scale.cpu(), torch.ones(2)), "updated at an inner exit"
+        assert torch.equal(op._recipe_states["forward"].scale.cpu(), torch.ones(2, device="cpu")), "updated at an inner exit"
     assert op._recipe_states["forward"].scale[0].item() == _scale(E4M3_MAX, 0, _amax(x))
 
 

@@ -76,8 +76,8 @@ def test_layer_norm_init_values(zero_centered_gamma, device):
     assert op.eps == 1e-5 and op.normalized_shape == (3, 4)
     assert [name for name, _ in op.named_parameters()] == ["weight", "bias"]
     expected_weight = 0.0 if zero_centered_gamma else 1.0
-    torch.testing.assert_close(op.weight, torch.full((3, 4), expected_weight), rtol=0, atol=0)
-    torch.testing.assert_close(op.bias, torch.zeros(3, 4), rtol=0, atol=0)
+    torch.testing.assert_close(op.weight.cpu(), torch.full((3, 4), expected_weight, device="cpu"), rtol=0, atol=0)
+    torch.testing.assert_close(op.bias.cpu(), torch.zeros(3, 4, device="cpu"), rtol=0, atol=0)
     # Either way the fresh op is a plain normalization.
     x = torch.randn(5, 3, 4)
     expected = torch.nn.functional.layer_norm(x.double(), (3, 4), eps=1e-5)

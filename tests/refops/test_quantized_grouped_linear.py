@@ -70,7 +70,7 @@ def weight64(w: torch.Tensor, usage: str = "rowwise") -> torch.Tensor:
     """Values in float64; a quantized tensor read exactly (fp32, as the GEMM reads it), not rounded to its
     nominal dtype."""
     if isinstance(w, QuantizedTensor):
-        return w.dequantize(dtype=torch.float32, usage=usage).detach().double()
+        return w.dequantize(dtype=torch.float32, usage=usage).detach().double().cpu()
     return to64(w)
 
 

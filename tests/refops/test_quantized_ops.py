@@ -546,7 +546,7 @@ def test_scaled_activation_has_no_quantizer_fusion(recipe_name, device):
     _record(after, "op_forward", outputs)
     y = quantized_run(Sequential(before, ScaledSwiGLU(), after), x, dy, recipe_name, scales)
     assert not isinstance(outputs[0], QuantizedTensor) and not isinstance(grads_in[0], QuantizedTensor)
-    assert_close(outputs[0], _glu(F.silu)(x_ref) * scales.double()[:, None], **dtype_tols(dtype))
+    assert_close(outputs[0], _glu(F.silu)(x_ref) * scales.double().cpu()[:, None], **dtype_tols(dtype))
     assert isinstance(y, QuantizedTensor) and isinstance(x.grad, QuantizedTensor)  # the Quantize ops' own work
 
 

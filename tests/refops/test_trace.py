@@ -93,7 +93,7 @@ def test_text_rendering_lists_the_first_forward_in_the_corrected_order(device):
     assert [int(m[1]) for m in parsed] == list(range(1, len(lines) + 1))
     kinds = [m[2] for m in parsed]
     assert _positions(kinds) == sorted(_positions(kinds)), kinds
-    dev = device.type
+    dev = str(device)
     assert f"materialize        BasicLinear.weight  (device={dev}, dtype=torch.float32, kept_identity=True)" in lines[
         kinds.index("materialize")
     ]
@@ -110,7 +110,7 @@ def test_mermaid_rendering_draws_the_first_forward_in_the_corrected_order(device
         kinds.append(event.kind)
     assert _positions(kinds) == sorted(_positions(kinds)), kinds
     lines = t.render_mermaid().splitlines()
-    dev = device.type
+    dev = str(device)
     assert "    Fuser->>Linear: pre_first_fuser_forward()" in lines
     assert f"    BasicLinear->>BasicLinear: materialize weight on {dev} (float32, same object)" in lines
     assert f"    Bias->>Bias: materialize bias on {dev} (float32, same object)" in lines

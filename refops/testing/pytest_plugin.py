@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-__all__ = ["pytest_addoption", "device", "reset_rng"]
+__all__ = ["pytest_addoption", "device", "reset_rng", "oracle", "Oracle"]
 
 SEED = 1234
 
@@ -52,3 +52,40 @@ def reset_rng() -> None:
     """Every test starts from the same RNG state (torch CPU and CUDA, Python's random)."""
     torch.manual_seed(SEED)
     random.seed(SEED)
+
+
+class Oracle:
+    """The oracle bound to the test's device: ``compare``, ``compare_backends``, ``check_lifecycle``, ``recipe``."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+
+    def compare(self, candidate, reference, inputs, **kwargs):
+        """:func:`refops.testing.compare_modules`; ``assert_ok()`` on the result raises with the evidence."""
+        from .compare import compare_modules
+
+        return compare_modules(candidate, reference, inputs, **kwargs)
+
+    def compare_backends(self, factory, inputs, **kwargs):
+        """:func:`refops.testing.compare_backends`."""
+        from .compare import compare_backends
+
+        return compare_backends(factory, inputs, **kwargs)
+
+    def check_lifecycle(self, factory, **kwargs):
+        """:func:`refops.testing.check_lifecycle` on this device."""
+        from .conformance import check_lifecycle
+
+        return check_lifecycle(factory, device=self.device, **kwargs)
+
+    def recipe(self, name: str):
+        """A recipe by TE's test name (``refops.testing.RECIPE_NAMES``)."""
+        from .recipes import make_recipe
+
+        return make_recipe(name)
+
+
+@pytest.fixture
+def oracle(device: torch.device) -> Oracle:
+    """The refops oracle on the ``--device`` device."""
+    return Oracle(device)

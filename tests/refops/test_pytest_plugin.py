@@ -1,0 +1,53 @@
+"""The pytest plugin as a project uses it: one line in conftest.py, the --device option, the fixtures."""
+
+from __future__ import annotations
+
+pytest_plugins = ["pytester"]
+
+
+def test_a_project_adds_the_oracle_in_a_few_lines(pytester):
+    pytester.makeconftest('pytest_plugins = ["refops.testing.pytest_plugin"]\n')
+    pytester.makepyfile(
+        test_mine="""
+import torch
+import refops as te
+
+
+def test_my_linear_matches_the_reference(oracle, device):
+    mine = torch.nn.Linear(16, 8, device=device)
+    report = oracle.compare(mine, te.ops.Linear(16, 8, device=device), (torch.randn(4, 16, device=device),))
+    report.assert_ok()
+    assert torch.get_default_device() == device
+
+
+def test_my_module_honours_the_lifecycle(oracle):
+    report = oracle.check_lifecycle(lambda d: te.ops.Linear(8, 4, device=d), inputs=lambda d: (torch.randn(2, 8, device=d),))
+    report.assert_ok()
+
+
+def test_a_broken_candidate_fails(oracle, device):
+    mine = torch.nn.Linear(16, 8, device=device)
+    report = oracle.compare(mine, te.ops.Linear(16, 8, device=device), (torch.randn(4, 16, device=device),))
+    with torch.no_grad():
+        mine.bias += 1
+    report = oracle.compare(mine, te.ops.Linear(16, 8, device=device), (torch.randn(4, 16, device=device),),
+                            copy_parameters=False)
+    assert not report.ok
+"""
+    )
+    result = pytester.runpytest("--device", "cpu", "-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+
+
+def test_requesting_cuda_without_a_gpu_is_a_usage_error(pytester):
+    import torch
+
+    if torch.cuda.is_available():
+        import pytest
+
+        pytest.skip("a GPU is present, so --device cuda is valid")
+    pytester.makeconftest('pytest_plugins = ["refops.testing.pytest_plugin"]\n')
+    pytester.makepyfile(test_x="def test_x():\n    assert True\n")
+    result = pytester.runpytest("--device", "cuda")
+    assert result.ret != 0
+    result.stderr.fnmatch_lines(["*--device cuda was requested but torch reports no CUDA device*"])

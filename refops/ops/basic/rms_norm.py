@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import torch
 
 from ...kernels import current_backend
 from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
-from ..op import BasicOperation, OperationContext
-from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
-from .layer_norm import canonicalize_normalized_shape, check_normalized_dims, quantize_norm_output, sm_margins
+from ..op import OperationContext
+from .normalization import Normalization, check_normalized_dims, quantize_norm_output
 
 __all__ = ["RMSNorm"]
 
 
-class RMSNorm(BasicOperation):
+class RMSNorm(Normalization):
     """``y = x / sqrt(mean(x^2) + eps) * gamma`` over the trailing ``normalized_shape`` dims.
 
     The mean of squares is used, not the variance (no centering). With
@@ -42,42 +41,6 @@ class RMSNorm(BasicOperation):
         sm_margin: GPU multiprocessors to leave free (int, or dict per
             "forward"/"backward"/"inference"); performance only.
     """
-
-    def __init__(
-        self,
-        normalized_shape: Iterable[int] | int,
-        *,
-        eps: float = 1e-5,
-        device: Optional[torch.device | str] = None,
-        dtype: Optional[torch.dtype] = None,
-        zero_centered_gamma: bool = False,
-        sm_margin: int | dict[str, int] = 0,
-    ) -> None:
-        super().__init__()
-        name = type(self).__name__
-        self._shape = canonicalize_normalized_shape(normalized_shape, op_name=name)
-        device = canonicalize_device(device)
-        dtype = canonicalize_dtype(dtype, op_name=name)
-        self.eps = eps
-        self.zero_centered_gamma = zero_centered_gamma
-        self._sm_margins = sm_margins(sm_margin, op_name=name)
-        self.weight = torch.nn.Parameter(torch.empty(self._shape, device=device, dtype=dtype))
-        self._initialize_or_defer(device)
-
-    @property
-    def normalized_shape(self) -> tuple[int, ...]:
-        return self._shape
-
-    def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
-        if self.zero_centered_gamma:
-            tensor.zero_()
-        else:
-            tensor.fill_(1.0)
-
-    def check_input(self, input_: torch.Tensor) -> None:
-        name = type(self).__name__
-        check_tensor(name, "input", input_, dtype=self.weight.dtype, device=self.parameter_device())
-        check_normalized_dims(name, input_, self._shape)
 
     def op_forward(
         self,
@@ -117,6 +80,3 @@ class RMSNorm(BasicOperation):
             dy, x, rstd, to_compute_dtype(self.weight, ctx.dtype), zero_centered_gamma=self.zero_centered_gamma
         )
         return dx.reshape(grad_output.shape), [dw.reshape(self._shape)]
-
-    def extra_repr(self) -> str:
-        return f"normalized_shape={self._shape}, eps={self.eps}, zero_centered_gamma={self.zero_centered_gamma}"

@@ -11,19 +11,15 @@ from ..basic.make_extra_output import MakeExtraOutput
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
 
-__all__ = ["BackwardLinearAdd", "RULE"]
+__all__ = ["BackwardLinearAdd", "RULE", "BackwardThenAddExtraOutputGrad"]
 
 
-class BackwardLinearAdd(FusedOperation):
-    """Backward-only: ``dx = g + dy W`` where ``g`` is the extra output's grad (updated in place).
+class BackwardThenAddExtraOutputGrad(FusedOperation):
+    """Backward-only fusions of ``MakeExtraOutput`` + an op: the op's backward, then the extra grad added.
 
-    It consumes the contexts the unfused forwards filled. The reference computes
-    the composition (linear backward, then the in-place add); a fast path may
-    accumulate inside the dgrad GEMM.
+    They consume the contexts the unfused forwards filled. The reference computes
+    this composition; a fast path may fold the add into the op's kernel.
     """
-
-    def __init__(self, *, backward_add: MakeExtraOutput, linear: BasicLinear) -> None:
-        super().__init__([backward_add, linear])
 
     def fuser_backward(
         self,
@@ -32,12 +28,19 @@ class BackwardLinearAdd(FusedOperation):
         *,
         basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
     ) -> tuple[Optional[torch.Tensor], list[tuple], list[tuple[()]]]:
-        add, linear = self.basic_ops
-        dx, (dw,) = linear.op_backward(basic_op_ctxs[1], grad_output)
+        add, op = self.basic_ops
+        dx, grads = op.op_backward(basic_op_ctxs[1], grad_output)
         dx, _, _ = add.fuser_backward(
             [basic_op_ctxs[0]], dx, basic_op_grad_extra_outputs=[basic_op_grad_extra_outputs[0]]
         )
-        return dx, [(), (dw,)], [(), ()]
+        return dx, [(), tuple(grads)], [(), ()]
+
+
+class BackwardLinearAdd(BackwardThenAddExtraOutputGrad):
+    """Backward-only: ``dx = g + dy W`` where ``g`` is the extra output's grad (updated in place)."""
+
+    def __init__(self, *, backward_add: MakeExtraOutput, linear: BasicLinear) -> None:
+        super().__init__([backward_add, linear])
 
 
 RULE = FusionRule(

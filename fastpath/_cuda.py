@@ -1,9 +1,9 @@
 """Compiling CUDA sources once and launching them on torch's current stream.
 
 Sources live in ``fastpath/kernels/*.cu``, one file per family, with
-``extern "C"`` kernels. They are compiled with NVRTC through CuPy, without fast
-math and without FMA contraction (``--fmad=false``): the reference's arithmetic
-order is part of the specification. Tensors are passed as raw pointers (wrapping
+``extern "C"`` kernels. They are compiled with NVRTC (:mod:`fastpath._compile`),
+without fast math, without flushing subnormals and without FMA contraction
+(``--fmad=false``): the reference's arithmetic order is part of the specification. Tensors are passed as raw pointers (wrapping
 a tensor as a CuPy array costs tens of microseconds), scalars as NumPy scalars.
 """
 
@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import functools
 import pathlib
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import torch
+
+from ._compile import compile_module
 
 __all__ = ["KERNEL_DIR", "COMPILE_OPTIONS", "get_kernel", "launch", "ptr", "i32", "i64", "f32", "grid_1d"]
 
@@ -24,17 +26,21 @@ COMPILE_OPTIONS = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true
 
 
 @functools.lru_cache(maxsize=None)
-def _module(filename: str) -> Any:
-    import cupy
-
+def _module(filename: str, device_index: int) -> Any:
     source = (KERNEL_DIR / filename).read_text()
-    return cupy.RawModule(code=source, options=COMPILE_OPTIONS)
+    return compile_module(source, COMPILE_OPTIONS, device_index, filename=filename)
+
+
+def get_kernel(filename: str, name: str, device_index: Optional[int] = None) -> Any:
+    """The ``extern "C"`` kernel ``name`` of ``kernels/<filename>``, compiled once per process and device."""
+    if device_index is None:
+        device_index = torch.cuda.current_device()
+    return _kernel(filename, name, device_index)
 
 
 @functools.lru_cache(maxsize=None)
-def get_kernel(filename: str, name: str) -> Any:
-    """The ``extern "C"`` kernel ``name`` of ``kernels/<filename>``, compiled once per process."""
-    return _module(filename).get_function(name)
+def _kernel(filename: str, name: str, device_index: int) -> Any:
+    return _module(filename, device_index).get_function(name)
 
 
 @functools.lru_cache(maxsize=64)

@@ -2,8 +2,10 @@
 
 Element-wise results are bit-identical to the reference backend on the same
 GPU: each kernel repeats the reference's fp32 op sequence (see the ``.cu`` file)
-and rounds once to the storage dtype. The module is compiled with FMA
-contraction on, as torch's kernels are (``ACTIVATION_COMPILE_OPTIONS``).
+and rounds once to the storage dtype. The module is compiled as torch's kernels
+are: FMA contraction on, subnormals kept (``ACTIVATION_COMPILE_OPTIONS``; see
+:func:`fastpath._compile.compile_module` for why that needs NVRTC directly
+rather than ``cupy.RawModule``).
 ``dbias`` is a column sum in a different order than torch's, so it matches
 within tolerance.
 
@@ -28,7 +30,7 @@ from typing import Any, Optional
 
 import torch
 
-from . import _cuda
+from . import _compile, _cuda
 
 __all__ = [
     "ElementwiseKernels",
@@ -57,6 +59,9 @@ FP32_CONSTANTS = {
 #: last multiply with its "+ 1", and libdevice's expf/tanhf contract as in torch's build. Every
 #: op of the reference's sequence is an explicit __fmul_rn/__fadd_rn/__fsub_rn, never fused.
 #: With --fmad=false, sigmoid- and tanh-based results differ from torch's in some last bits.
+#: Subnormals are kept (--ftz=false, torch's build too): with flush-to-zero, sigmoid(-88) is 0
+#: instead of 6.05e-39, so silu(-88) is -0 instead of -5.3e-37 and a gated product 0 * inf is NaN
+#: instead of inf. IEEE division and square root, as in torch.
 ACTIVATION_COMPILE_OPTIONS = ("-std=c++17", "--fmad=true", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -65,20 +70,17 @@ _THREADS = 256
 _MAX_GRID_Y = 65535
 
 
-# ------------------------------------------------------------------ compiling
 @functools.lru_cache(maxsize=None)
-def _group_module(group: str) -> Any:
+def _group_module(group: str, device_index: int) -> Any:
     """activation.cu compiled with only ``group``'s kernels (see ACTIVATION_COMPILE_OPTIONS)."""
-    import cupy
-
     source = (_cuda.KERNEL_DIR / KERNEL_FILE).read_text()
     header = f"#define ACTIVATION_GROUP {ACTIVATION_GROUPS[group]}\n"
-    return cupy.RawModule(code=header + source, options=ACTIVATION_COMPILE_OPTIONS)
+    return _compile.compile_module(header + source, ACTIVATION_COMPILE_OPTIONS, device_index, filename=KERNEL_FILE)
 
 
 @functools.lru_cache(maxsize=None)
-def _kernel(group: str, name: str) -> Any:
-    return _group_module(group).get_function(name)
+def _kernel(group: str, name: str, device_index: int) -> Any:
+    return _group_module(group, device_index).get_function(name)
 
 
 # ----------------------------------------------------------------- parameters
@@ -162,7 +164,7 @@ def _forward(x: torch.Tensor, bias: Optional[torch.Tensor], activation: str, p: 
         vec = x.numel() % vw == 0 and _aligned(x)
         rows, n = _flat_shape(x.numel(), vw, vec)
     grid, block = _blocks(rows, n, vw if vec else 1, x.device)
-    kernel = _kernel(activation, f"act_fwd_{activation}_{_SUFFIX[x.dtype]}")
+    kernel = _kernel(activation, f"act_fwd_{activation}_{_SUFFIX[x.dtype]}", x.device.index)
     args = (_cuda.ptr(x), _cuda.ptr(bias), _cuda.ptr(pre), _cuda.ptr(y), _cuda.i64(rows), _cuda.i64(n),
             _cuda.i32(int(vec)), *p)
     _cuda.launch(kernel, grid, block, args, device=x.device)
@@ -189,7 +191,7 @@ def _backward(dy: torch.Tensor, x: torch.Tensor, activation: str, p: tuple, *,
         partial = torch.empty((grid[1], width), dtype=torch.float32, device=x.device)
         if block[1] > 1:
             shared = block[0] * block[1] * v * 4 * (2 if gated else 1)
-    kernel = _kernel(activation, f"act_bwd_{activation}_{_SUFFIX[x.dtype]}")
+    kernel = _kernel(activation, f"act_bwd_{activation}_{_SUFFIX[x.dtype]}", x.device.index)
     args = (_cuda.ptr(dy), _cuda.ptr(x), _cuda.ptr(dx), _cuda.ptr(partial), _cuda.i64(rows), _cuda.i64(n),
             _cuda.i32(int(vec)), *p)
     _cuda.launch(kernel, grid, block, args, device=x.device, shared_mem=shared)
@@ -207,7 +209,7 @@ def _column_sums(g: torch.Tensor) -> torch.Tensor:
     grid, block = _blocks(rows, n, v, g.device, parts_cap=True)
     partial = torch.empty((grid[1], n), dtype=torch.float32, device=g.device)
     shared = block[0] * block[1] * v * 4 if block[1] > 1 else 0
-    kernel = _kernel("dbias", f"dbias_partial_{_SUFFIX[g.dtype]}")
+    kernel = _kernel("dbias", f"dbias_partial_{_SUFFIX[g.dtype]}", g.device.index)
     args = (_cuda.ptr(g), _cuda.ptr(partial), _cuda.i64(rows), _cuda.i64(n), _cuda.i32(int(vec)))
     _cuda.launch(kernel, grid, block, args, device=g.device, shared_mem=shared)
     return _finalize_columns(partial, g.dtype)
@@ -216,7 +218,7 @@ def _column_sums(g: torch.Tensor) -> torch.Tensor:
 def _finalize_columns(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     parts, width = partial.shape
     out = torch.empty(width, dtype=dtype, device=partial.device)
-    kernel = _kernel("dbias", f"dbias_finalize_{_SUFFIX[dtype]}")
+    kernel = _kernel("dbias", f"dbias_finalize_{_SUFFIX[dtype]}", partial.device.index)
     args = (_cuda.ptr(partial), _cuda.i64(parts), _cuda.i64(width), _cuda.ptr(out))
     _cuda.launch(kernel, ((width + _THREADS - 1) // _THREADS,), (_THREADS,), args, device=partial.device)
     return out

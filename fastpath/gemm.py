@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -60,8 +60,9 @@ GEMM_PATHS: dict[str, GemmPath] = {
     "none": GemmPath(
         "cublas",
         "plain fp32 / fp16 / bf16 tensors",
-        "torch.mm / addmm in the operands' dtype (fp32 with TF32 off, as the reference); alpha and "
-        "accumulate go to cuBLAS's alpha and beta; mixed dtypes go to the reference",
+        "torch.mm / addmm in the operands' dtype with fp32 accumulation as the reference (TF32, "
+        "reduced-precision (fp16/bf16) split-K reductions and fp16 accumulation off for the call); "
+        "alpha and accumulate go to cuBLAS's alpha and beta; mixed dtypes go to the reference",
     ),
     "fp8_delayed_scaling": _FP8_TENSORWISE,
     "fp8_current_scaling": _FP8_TENSORWISE,
@@ -92,21 +93,53 @@ def gemm_path(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_
 
 
 # ------------------------------------------------------------------ helpers
+#: torch's cuBLAS switches that let fp16/bf16 GEMMs reduce partial sums in the operands' dtype
+#: (cuBLAS's reduced-precision split-K reduction; both default to allowed).
+_REDUCED_PRECISION_FLAGS = ("allow_fp16_reduced_precision_reduction", "allow_bf16_reduced_precision_reduction")
+
+
+def _reduction_setting(name: str) -> Any:
+    """A reduced-precision flag as torch lets it be written back: ``(allow, allow_split_k)`` where
+    torch has the split-K part (newer torch), else the bool."""
+    matmul = torch.backends.cuda.matmul
+    allow = getattr(matmul, name)
+    split_k = getattr(matmul, name + "_split_k", None)  # older torch: AttributeError, hence None
+    return allow if split_k is None else (allow, split_k)
+
+
 @contextlib.contextmanager
-def _ieee_fp32() -> Iterator[None]:
-    """TF32 would change fp32 GEMMs' numbers, so it is off for the duration (as in the reference)."""
-    previous = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
+def _fp32_accumulation() -> Iterator[None]:
+    """cuBLAS as the reference's GEMM: fp32 products and sums, one rounding to the output dtype.
+
+    For the duration: TF32 off (fp32 operands), reduced-precision reductions off (fp16/bf16
+    operands: split-K partial sums stay fp32; split-K itself keeps the caller's setting, its
+    fp32 partial sums only reorder the accumulation) and fp16 accumulation off. The caller's
+    settings are restored afterwards, also on error.
+    """
+    matmul = torch.backends.cuda.matmul
+    saved = {name: _reduction_setting(name) for name in _REDUCED_PRECISION_FLAGS}
+    saved["allow_tf32"] = matmul.allow_tf32
+    fp16_accumulation = getattr(matmul, "allow_fp16_accumulation", None)  # torch 2.7+
+    if fp16_accumulation is not None:
+        saved["allow_fp16_accumulation"] = fp16_accumulation
     try:
+        matmul.allow_tf32 = False
+        for name in _REDUCED_PRECISION_FLAGS:
+            setting = saved[name]
+            setattr(matmul, name, (False, setting[1]) if isinstance(setting, tuple) else False)
+        if fp16_accumulation is not None:
+            matmul.allow_fp16_accumulation = False
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32 = previous
+        for name, value in saved.items():
+            setattr(matmul, name, value)
 
 
 def _mm(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float, out: Optional[torch.Tensor],
         accumulate: bool) -> torch.Tensor:
-    """``alpha * a2 @ b2 (+ out)`` by cuBLAS in the operands' dtype (= ``out``'s), rounded once."""
-    with _ieee_fp32():
+    """``alpha * a2 @ b2 (+ out)`` by cuBLAS in the operands' dtype (= ``out``'s): fp32
+    accumulation, one rounding (see :func:`_fp32_accumulation`)."""
+    with _fp32_accumulation():
         if accumulate:
             return out.addmm_(a2, b2, alpha=alpha)
         if out is None:

@@ -6,7 +6,7 @@
 //               (equal to the reference's clamp-to-±max-then-cast);
 //   scale_inv = RN(1 / scale), computed like the reference: reciprocal in double, rounded once to fp32;
 //   dequant   = out_dtype(RN(float(q) * scale_inv)).
-// Every fp32 operation is one IEEE RN step (__fmul_rn; the module is compiled with --fmad=false).
+// Every fp32 operation is one IEEE RN step that keeps subnormals (the f32_* inline-PTX helpers below).
 //
 // Kernels (suffix _f32/_f16/_bf16 = input or output element type):
 //   fp8_amax_*            grid-stride, 8 elements (16 B of bf16) per thread and step, block max, atomicMax
@@ -22,6 +22,53 @@
 typedef unsigned char u8;
 typedef unsigned int u32;
 typedef long long i64;
+
+// ------------------------------------------------------------------ IEEE fp32 operations
+// CuPy appends -ftz=true to every NVRTC compile, after the caller's options, and NVRTC honours the last
+// occurrence: ordinary fp32 arithmetic, comparisons and conversions would then compile to their .ftz forms,
+// which flush subnormal operands and results to zero. torch's kernels (the reference) keep subnormals, so
+// every fp32 operation in this file is one of these inline-PTX instructions, which carry no .ftz whatever
+// the compile options (and are never contracted into an FMA). The C++ forms serve the host pass only.
+#ifdef __CUDA_ARCH__
+#define F32_UNARY(name, ptx, expr) \
+    __device__ __forceinline__ float name(float a) { float r; asm(ptx " %0, %1;" : "=f"(r) : "f"(a)); return r; }
+#define F32_BINARY(name, ptx, expr)                                                 \
+    __device__ __forceinline__ float name(float a, float b) {                       \
+        float r;                                                                    \
+        asm(ptx " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));                         \
+        return r;                                                                   \
+    }
+#define F32_COMPARE(name, cmp, expr)                                                \
+    __device__ __forceinline__ bool name(float a, float b) {                        \
+        unsigned r;                                                                 \
+        asm("{ .reg .pred p; setp." cmp ".f32 p, %1, %2; selp.u32 %0, 1, 0, p; }"   \
+            : "=r"(r) : "f"(a), "f"(b));                                            \
+        return r != 0u;                                                             \
+    }
+#else
+#define F32_UNARY(name, ptx, expr) __device__ __forceinline__ float name(float a) { return expr; }
+#define F32_BINARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b) { return expr; }
+#define F32_COMPARE(name, cmp, expr) __device__ __forceinline__ bool name(float a, float b) { return expr; }
+#endif
+F32_BINARY(f32_mul, "mul.rn.f32", a * b)
+F32_BINARY(f32_max, "max.f32", fmaxf(a, b))
+F32_UNARY(f32_abs, "abs.f32", fabsf(a))
+// fp32 <-> fp64 conversions, also without .ftz (the double arithmetic itself never flushes).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ double f32_to_f64(float a) {
+    double r;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(a));
+    return r;
+}
+__device__ __forceinline__ float f64_to_f32_rn(double a) {
+    float r;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a));
+    return r;
+}
+#else
+__device__ __forceinline__ double f32_to_f64(float a) { return (double)a; }
+__device__ __forceinline__ float f64_to_f32_rn(double a) { return (float)a; }
+#endif
 
 // ------------------------------------------------------------------ element helpers
 __device__ __forceinline__ float to_f32(float v) { return v; }
@@ -89,13 +136,13 @@ __device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
 }
 
 // The reference's RN(1/s): a double reciprocal rounded once to fp32.
-__device__ __forceinline__ float reciprocal_rn(float s) { return __double2float_rn(__drcp_rn((double)s)); }
+__device__ __forceinline__ float reciprocal_rn(float s) { return f64_to_f32_rn(__drcp_rn(f32_to_f64(s))); }
 
 // Max over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in thread 0.
 __device__ __forceinline__ float block_max(float m) {
     __shared__ float partial[32];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = 16; o > 0; o >>= 1) m = f32_max(m, __shfl_xor_sync(0xffffffffu, m, o));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();  // partial may still be read by an earlier call
     if (lane == 0) partial[warp] = m;
@@ -103,7 +150,7 @@ __device__ __forceinline__ float block_max(float m) {
     if (warp == 0) {
         m = lane < (int)(blockDim.x >> 5) ? partial[lane] : 0.0f;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        for (int o = 16; o > 0; o >>= 1) m = f32_max(m, __shfl_xor_sync(0xffffffffu, m, o));
     }
     return m;
 }
@@ -128,15 +175,15 @@ __device__ void amax_impl(const T* __restrict__ x, i64 n, int vec_ok, float* out
 #pragma unroll
         for (int u = 0; u < 4; ++u)
 #pragma unroll
-            for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[u][j]));
+            for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[u][j]));
     }
     for (; i < n8; i += stride) {
         float v[8];
         load8(x + 8 * i, v);
 #pragma unroll
-        for (int j = 0; j < 8; ++j) m = fmaxf(m, fabsf(v[j]));
+        for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[j]));
     }
-    for (i64 e = n8 * 8 + tid; e < n; e += stride) m = fmaxf(m, fabsf(to_f32(x[e])));
+    for (i64 e = n8 * 8 + tid; e < n; e += stride) m = f32_max(m, f32_abs(to_f32(x[e])));
     m = block_max(m);
     if (threadIdx.x == 0) {
         atomic_max_nonneg(out, m);
@@ -164,8 +211,8 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
             uint2 packed = make_uint2(0u, 0u);
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                m = fmaxf(m, fabsf(v[u][j]));
-                const u32 q = cast_fp8(__fmul_rn(v[u][j], s), e5m2);
+                m = f32_max(m, f32_abs(v[u][j]));
+                const u32 q = cast_fp8(f32_mul(v[u][j], s), e5m2);
                 if (j < 4) packed.x |= q << (8 * j); else packed.y |= q << (8 * (j - 4));
             }
             reinterpret_cast<uint2*>(out)[i + u * stride] = packed;
@@ -177,16 +224,16 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
         uint2 packed = make_uint2(0u, 0u);
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            m = fmaxf(m, fabsf(v[j]));
-            const u32 q = cast_fp8(__fmul_rn(v[j], s), e5m2);
+            m = f32_max(m, f32_abs(v[j]));
+            const u32 q = cast_fp8(f32_mul(v[j], s), e5m2);
             if (j < 4) packed.x |= q << (8 * j); else packed.y |= q << (8 * (j - 4));
         }
         reinterpret_cast<uint2*>(out)[i] = packed;
     }
     for (i64 e = n8 * 8 + tid; e < n; e += stride) {
         const float v = to_f32(x[e]);
-        m = fmaxf(m, fabsf(v));
-        out[e] = (u8)cast_fp8(__fmul_rn(v, s), e5m2);
+        m = f32_max(m, f32_abs(v));
+        out[e] = (u8)cast_fp8(f32_mul(v, s), e5m2);
     }
     if (amax_out != nullptr) {
         m = block_max(m);
@@ -282,8 +329,8 @@ __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int v
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
-            m = fmaxf(m, fabsf(v[i][j]));
-            q[i][j] = cast_fp8(__fmul_rn(v[i][j], s), e5m2);
+            m = f32_max(m, f32_abs(v[i][j]));
+            q[i][j] = cast_fp8(f32_mul(v[i][j], s), e5m2);
         }
     if (row_out != nullptr)
 #pragma unroll
@@ -317,15 +364,15 @@ __device__ void dequantize_impl(const u8* __restrict__ q, i64 n, int vec_ok, con
         float vals[16];
 #pragma unroll
         for (int b = 0; b < 16; ++b)
-            vals[b] = __fmul_rn(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
+            vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
         store16(out + 16 * i, vals);
     }
-    for (i64 e = n16 * 16 + tid; e < n; e += stride) store_f32(__fmul_rn(fp8_to_f32(q[e], e5m2), si), &out[e]);
+    for (i64 e = n16 * 16 + tid; e < n; e += stride) store_f32(f32_mul(fp8_to_f32(q[e], e5m2), si), &out[e]);
 }
 
 // ------------------------------------------------------------------ entry points
 extern "C" __global__ void fp8_amax_finalize(float* accumulator, const float* amax) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) *accumulator = fmaxf(*accumulator, *amax);
+    if (threadIdx.x == 0 && blockIdx.x == 0) *accumulator = f32_max(*accumulator, *amax);
 }
 
 #define FP8_INSTANTIATE(T, SUFFIX)                                                                                  \

@@ -26,6 +26,54 @@ typedef unsigned char u8;
 typedef unsigned int u32;
 typedef long long i64;
 
+// ------------------------------------------------------------------ IEEE fp32 operations
+// CuPy appends -ftz=true to every NVRTC compile, after the caller's options, and NVRTC honours the last
+// occurrence: ordinary fp32 arithmetic, comparisons and conversions would then compile to their .ftz forms,
+// which flush subnormal operands and results to zero. torch's kernels (the reference) keep subnormals, so
+// every fp32 operation in this file is one of these inline-PTX instructions, which carry no .ftz whatever
+// the compile options (and are never contracted into an FMA). The C++ forms serve the host pass only.
+#ifdef __CUDA_ARCH__
+#define F32_UNARY(name, ptx, expr) \
+    __device__ __forceinline__ float name(float a) { float r; asm(ptx " %0, %1;" : "=f"(r) : "f"(a)); return r; }
+#define F32_BINARY(name, ptx, expr)                                                 \
+    __device__ __forceinline__ float name(float a, float b) {                       \
+        float r;                                                                    \
+        asm(ptx " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));                         \
+        return r;                                                                   \
+    }
+#define F32_COMPARE(name, cmp, expr)                                                \
+    __device__ __forceinline__ bool name(float a, float b) {                        \
+        unsigned r;                                                                 \
+        asm("{ .reg .pred p; setp." cmp ".f32 p, %1, %2; selp.u32 %0, 1, 0, p; }"   \
+            : "=r"(r) : "f"(a), "f"(b));                                            \
+        return r != 0u;                                                             \
+    }
+#else
+#define F32_UNARY(name, ptx, expr) __device__ __forceinline__ float name(float a) { return expr; }
+#define F32_BINARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b) { return expr; }
+#define F32_COMPARE(name, cmp, expr) __device__ __forceinline__ bool name(float a, float b) { return expr; }
+#endif
+F32_BINARY(f32_mul, "mul.rn.f32", a * b)
+F32_BINARY(f32_max, "max.f32", fmaxf(a, b))
+F32_UNARY(f32_abs, "abs.f32", fabsf(a))
+F32_COMPARE(f32_lt, "lt", a < b)
+// fp32 <-> fp64 conversions, also without .ftz (the double arithmetic itself never flushes).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ double f32_to_f64(float a) {
+    double r;
+    asm("cvt.f64.f32 %0, %1;" : "=d"(r) : "f"(a));
+    return r;
+}
+__device__ __forceinline__ float f64_to_f32_rn(double a) {
+    float r;
+    asm("cvt.rn.f32.f64 %0, %1;" : "=f"(r) : "d"(a));
+    return r;
+}
+#else
+__device__ __forceinline__ double f32_to_f64(float a) { return (double)a; }
+__device__ __forceinline__ float f64_to_f32_rn(double a) { return (float)a; }
+#endif
+
 // ------------------------------------------------------------------ element helpers
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
@@ -92,14 +140,14 @@ __device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
 __device__ __forceinline__ bool is_nan(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) > 0x7F800000u; }
 __device__ __forceinline__ bool is_inf(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) == 0x7F800000u; }
 
-__device__ __forceinline__ float reciprocal_rn(float s) { return __double2float_rn(__drcp_rn((double)s)); }
+__device__ __forceinline__ float reciprocal_rn(float s) { return f64_to_f32_rn(__drcp_rn(f32_to_f64(s))); }
 
 // compute_scale_from_amax, step by step as the reference's torch ops do it.
 __device__ __forceinline__ float scale_from_amax(float a, float fmax, int pow2, float eps, float value_for_inf) {
-    if (a < eps) a = eps;
-    const bool degenerate = is_inf(a) || is_nan(a) || a == 0.0f;
-    float s = __double2float_rn(__dmul_rn(__drcp_rn((double)a), (double)fmax));
-    if (is_inf(s) && s > 0.0f) s = value_for_inf;
+    if (f32_lt(a, eps)) a = eps;
+    const bool degenerate = is_inf(a) || is_nan(a) || (__float_as_uint(a) & 0x7FFFFFFFu) == 0u;
+    float s = f64_to_f32_rn(__dmul_rn(__drcp_rn(f32_to_f64(a)), f32_to_f64(fmax)));
+    if (__float_as_uint(s) == 0x7F800000u) s = value_for_inf;  // +inf
     if (pow2) s = __uint_as_float(__float_as_uint(s) & 0xFF800000u);
     return degenerate ? 1.0f : s;
 }
@@ -196,9 +244,9 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
         for (int i = 0; i < 4; ++i) {
             float a = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) a = fmaxf(a, fabsf(v[i][j]));
+            for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(v[i][j]));
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+            for (int o = 8; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
             if (cg == 0) row_amax[4 * rg + i] = a;
         }
     }
@@ -208,8 +256,8 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
         for (int j = 0; j < 8; ++j) {
             float a = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 4; ++i) a = fmaxf(a, fabsf(v[i][j]));
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
+            for (int i = 0; i < 4; ++i) a = f32_max(a, f32_abs(v[i][j]));
+            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 16));
             if (lane < 16) col_part[warp][8 * cg + j] = a;
         }
     }
@@ -224,10 +272,10 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
         const int c = t - TILE;
         float a = 0.0f;
 #pragma unroll
-        for (int w = 0; w < TILE_THREADS / 32; ++w) a = fmaxf(a, col_part[w][c]);
+        for (int w = 0; w < TILE_THREADS / 32; ++w) a = f32_max(a, col_part[w][c]);
         if (two_d) {
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+            for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
             if (lane == 0) tile_part[warp - TILE / 32] = a;
         } else {
             const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
@@ -238,7 +286,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
     __syncthreads();
     if (two_d) {
         if (t == 0) {
-            const float a = fmaxf(fmaxf(tile_part[0], tile_part[1]), fmaxf(tile_part[2], tile_part[3]));
+            const float a = f32_max(f32_max(tile_part[0], tile_part[1]), f32_max(tile_part[2], tile_part[3]));
             const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
             const float si = reciprocal_rn(s);
             row_s[0] = s;
@@ -256,7 +304,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             const float s = two_d ? row_s[0] : row_s[4 * rg + i];
             packed[i][0] = packed[i][1] = 0u;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) packed[i][j >> 2] |= cast_fp8(__fmul_rn(v[i][j], s), e5m2) << (8 * (j & 3));
+            for (int j = 0; j < 8; ++j) packed[i][j >> 2] |= cast_fp8(f32_mul(v[i][j], s), e5m2) << (8 * (j & 3));
             if (row_out != nullptr) store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, packed[i]);
         }
     }
@@ -271,7 +319,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             } else {
                 const float s = col_s[c];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) word |= cast_fp8(__fmul_rn(v[i][j], s), e5m2) << (8 * i);
+                for (int i = 0; i < 4; ++i) word |= cast_fp8(f32_mul(v[i][j], s), e5m2) << (8 * i);
             }
             tile[c][swizzle(c, rg)] = word;
         }
@@ -301,14 +349,14 @@ __device__ void block_dequantize_impl(const u8* __restrict__ q, i64 R, i64 C, in
             float vals[16];
 #pragma unroll
             for (int b = 0; b < 16; ++b)
-                vals[b] = __fmul_rn(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
+                vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
             store16(out + r * C + c, vals);
         }
     } else {
         const i64 n = R * C;
         for (i64 e = tid; e < n; e += stride) {
             const i64 r = e / C, c = e % C;
-            store_f32(__fmul_rn(fp8_to_f32(q[e], e5m2), block_scale_inv(scale, ld, two_d, r, c)), &out[e]);
+            store_f32(f32_mul(fp8_to_f32(q[e], e5m2), block_scale_inv(scale, ld, two_d, r, c)), &out[e]);
         }
     }
 }

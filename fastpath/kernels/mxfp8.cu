@@ -22,6 +22,37 @@ typedef unsigned char u8;
 typedef unsigned int u32;
 typedef long long i64;
 
+// ------------------------------------------------------------------ IEEE fp32 operations
+// CuPy appends -ftz=true to every NVRTC compile, after the caller's options, and NVRTC honours the last
+// occurrence: ordinary fp32 arithmetic, comparisons and conversions would then compile to their .ftz forms,
+// which flush subnormal operands and results to zero. torch's kernels (the reference) keep subnormals, so
+// every fp32 operation in this file is one of these inline-PTX instructions, which carry no .ftz whatever
+// the compile options (and are never contracted into an FMA). The C++ forms serve the host pass only.
+#ifdef __CUDA_ARCH__
+#define F32_UNARY(name, ptx, expr) \
+    __device__ __forceinline__ float name(float a) { float r; asm(ptx " %0, %1;" : "=f"(r) : "f"(a)); return r; }
+#define F32_BINARY(name, ptx, expr)                                                 \
+    __device__ __forceinline__ float name(float a, float b) {                       \
+        float r;                                                                    \
+        asm(ptx " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));                         \
+        return r;                                                                   \
+    }
+#define F32_COMPARE(name, cmp, expr)                                                \
+    __device__ __forceinline__ bool name(float a, float b) {                        \
+        unsigned r;                                                                 \
+        asm("{ .reg .pred p; setp." cmp ".f32 p, %1, %2; selp.u32 %0, 1, 0, p; }"   \
+            : "=r"(r) : "f"(a), "f"(b));                                            \
+        return r != 0u;                                                             \
+    }
+#else
+#define F32_UNARY(name, ptx, expr) __device__ __forceinline__ float name(float a) { return expr; }
+#define F32_BINARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b) { return expr; }
+#define F32_COMPARE(name, cmp, expr) __device__ __forceinline__ bool name(float a, float b) { return expr; }
+#endif
+F32_BINARY(f32_mul, "mul.rn.f32", a * b)
+F32_BINARY(f32_max, "max.f32", fmaxf(a, b))
+F32_UNARY(f32_abs, "abs.f32", fabsf(a))
+
 // ------------------------------------------------------------------ element helpers
 template <typename T> __device__ __forceinline__ float bits16_to_f32(u32 b);
 template <> __device__ __forceinline__ float bits16_to_f32<__half>(u32 b) {
@@ -85,8 +116,8 @@ __device__ __forceinline__ bool is_inf(float v) { return (__float_as_uint(v) & 0
 __device__ __forceinline__ u32 e8m0_from_f32(float v) {
     if (is_nan(v)) return 0xFFu;
     if (is_inf(v)) return 0xFEu;
-    if (v == 0.0f) return 0u;
     const u32 bits = __float_as_uint(v) & 0x7FFFFFFFu;
+    if (bits == 0u) return 0u;
     const u32 exponent = bits >> 23, mantissa = bits & 0x7FFFFFu;
     const bool round_up = mantissa > 0u && exponent != 254u && !(exponent == 0u && mantissa <= 0x400000u);
     return exponent + (round_up ? 1u : 0u);
@@ -115,7 +146,7 @@ __device__ __forceinline__ void store_q16(u8* __restrict__ dst, const float (&v)
                                           int e5m2) {
     u32 w[4] = {0u, 0u, 0u, 0u};
 #pragma unroll
-    for (int j = 0; j < 16; ++j) w[j >> 2] |= cast_fp8(__fmul_rn(v[j], mult[j]), e5m2) << (8 * (j & 3));
+    for (int j = 0; j < 16; ++j) w[j >> 2] |= cast_fp8(f32_mul(v[j], mult[j]), e5m2) << (8 * (j & 3));
     *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -148,23 +179,23 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
     if (cols_1d || two_d) {
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-            float a = fabsf(v[j]);
-            a = fmaxf(0.0f, a);  // NaN -> 0, like fmaxf from 0
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 8));
-            a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 16));
+            float a = f32_abs(v[j]);
+            a = f32_max(0.0f, a);  // NaN -> 0, like fmaxf from 0
+            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 8));
+            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 16));
             if (lane < 8) col_part[warp][16 * cg + j] = a;
         }
         __syncthreads();
         if (t < TILE_K) {
             float a = 0.0f;
 #pragma unroll
-            for (int w = 0; w < THREADS / 32; ++w) a = fmaxf(a, col_part[w][t]);
+            for (int w = 0; w < THREADS / 32; ++w) a = f32_max(a, col_part[w][t]);
             if (two_d) {
 #pragma unroll
-                for (int o = 16; o > 0; o >>= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
-                if (lane == 0) tile_e[warp] = e8m0_from_f32(__fmul_rn(a, inv_fmax));
+                for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
+                if (lane == 0) tile_e[warp] = e8m0_from_f32(f32_mul(a, inv_fmax));
             } else {
-                const u32 e = e8m0_from_f32(__fmul_rn(a, inv_fmax));
+                const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
                 col_e[t] = e;
                 if (k0 + t < K) col_scale[(i64)(m0 / 32) * col_ld + k0 + t] = (u8)e;
             }
@@ -192,9 +223,9 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
         // A 1x32 block is the lane pair (cg, cg ^ 1).
         float a = 0.0f;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) a = fmaxf(a, fabsf(v[j]));
-        a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, 1));
-        const u32 e = e8m0_from_f32(__fmul_rn(a, inv_fmax));
+        for (int j = 0; j < 16; ++j) a = f32_max(a, f32_abs(v[j]));
+        a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 1));
+        const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
         float mult[16];
 #pragma unroll
         for (int j = 0; j < 16; ++j) mult[j] = e8m0_encode_multiplier(e);
@@ -226,12 +257,12 @@ __device__ void mxfp8_dequantize_impl(const u8* __restrict__ q, i64 M, i64 K, co
             const u8* s = scale + (m / 32) * ld + k;
 #pragma unroll
             for (int b = 0; b < 16; ++b)
-                vals[b] = __fmul_rn(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), e8m0_to_f32(s[b]));
+                vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), e8m0_to_f32(s[b]));
         } else {
             const float sv = e8m0_to_f32(scale[m * ld + k / 32]);
 #pragma unroll
             for (int b = 0; b < 16; ++b)
-                vals[b] = __fmul_rn(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), sv);
+                vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), sv);
         }
         store16(out + m * K + k, vals);
     }

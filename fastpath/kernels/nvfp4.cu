@@ -34,6 +34,56 @@ typedef unsigned char u8;
 typedef unsigned int u32;
 typedef long long i64;
 
+// ------------------------------------------------------------------ IEEE fp32 operations
+// CuPy appends -ftz=true to every NVRTC compile, after the caller's options, and NVRTC honours the last
+// occurrence: ordinary fp32 arithmetic, comparisons and conversions would then compile to their .ftz forms,
+// which flush subnormal operands and results to zero. torch's kernels (the reference) keep subnormals, so
+// every fp32 operation in this file is one of these inline-PTX instructions, which carry no .ftz whatever
+// the compile options (and are never contracted into an FMA). The C++ forms serve the host pass only.
+#ifdef __CUDA_ARCH__
+#define F32_UNARY(name, ptx, expr) \
+    __device__ __forceinline__ float name(float a) { float r; asm(ptx " %0, %1;" : "=f"(r) : "f"(a)); return r; }
+#define F32_BINARY(name, ptx, expr)                                                 \
+    __device__ __forceinline__ float name(float a, float b) {                       \
+        float r;                                                                    \
+        asm(ptx " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));                         \
+        return r;                                                                   \
+    }
+#define F32_COMPARE(name, cmp, expr)                                                \
+    __device__ __forceinline__ bool name(float a, float b) {                        \
+        unsigned r;                                                                 \
+        asm("{ .reg .pred p; setp." cmp ".f32 p, %1, %2; selp.u32 %0, 1, 0, p; }"   \
+            : "=r"(r) : "f"(a), "f"(b));                                            \
+        return r != 0u;                                                             \
+    }
+#else
+#define F32_UNARY(name, ptx, expr) __device__ __forceinline__ float name(float a) { return expr; }
+#define F32_BINARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b) { return expr; }
+#define F32_COMPARE(name, cmp, expr) __device__ __forceinline__ bool name(float a, float b) { return expr; }
+#endif
+F32_BINARY(f32_mul, "mul.rn.f32", a * b)
+F32_BINARY(f32_add, "add.rn.f32", a + b)
+F32_BINARY(f32_sub, "sub.rn.f32", a - b)
+F32_BINARY(f32_div, "div.rn.f32", a / b)
+F32_BINARY(f32_max, "max.f32", fmaxf(a, b))
+F32_BINARY(f32_min, "min.f32", fminf(a, b))
+F32_UNARY(f32_abs, "abs.f32", fabsf(a))
+F32_UNARY(f32_floor, "cvt.rmi.f32.f32", floorf(a))
+F32_UNARY(f32_rint, "cvt.rni.f32.f32", rintf(a))
+F32_COMPARE(f32_lt, "lt", a < b)
+F32_COMPARE(f32_gt, "gt", a > b)
+F32_COMPARE(f32_eq, "eq", a == b)
+// Truncation of a non-negative fp32 value to u32 (cvt.rzi, without .ftz).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ u32 f32_to_u32_rz(float a) {
+    u32 r;
+    asm("cvt.rzi.u32.f32 %0, %1;" : "=r"(r) : "f"(a));
+    return r;
+}
+#else
+__device__ __forceinline__ u32 f32_to_u32_rz(float a) { return (u32)a; }
+#endif
+
 #define FLT_MAX_F 3.40282347e+38f
 #define FL_ONE_SIXTH 0x3E2AAAABu
 #define RHT_NEGATIVE_SIGNS 0xD7E8u  // indices i with RHT_SIGN_VECTOR[i] = -1
@@ -88,8 +138,8 @@ __device__ __forceinline__ bool sign_bit(float v) { return (__float_as_uint(v) >
 // ------------------------------------------------------------------ E2M1 (formats.e2m1_*)
 __device__ __forceinline__ float e2m1_to_f32(u32 code) {
     const u32 c = code & 7u;
-    const float magnitude = c < 4u ? 0.5f * (float)c : (c < 6u ? (float)(c - 2u) : (c == 6u ? 4.0f : 6.0f));
-    return (code & 8u) ? -magnitude : magnitude;  // code 8 is -0.0
+    const float magnitude = c < 4u ? f32_mul(0.5f, (float)c) : (c < 6u ? (float)(c - 2u) : (c == 6u ? 4.0f : 6.0f));
+    return __uint_as_float(__float_as_uint(magnitude) | ((code & 8u) << 28));  // code 8 is -0.0
 }
 
 __device__ __forceinline__ u32 e2m1_with_sign(u32 magnitude_code, float v) {
@@ -101,28 +151,29 @@ __device__ __forceinline__ u32 e2m1_with_sign(u32 magnitude_code, float v) {
 // every fp32 input (checked exhaustively), to the reference's threshold rule (bounds .25 .75 1.25 1.75 2.5
 // 3.5 5 tie to the even code): on each binade the code is rintf of an exact affine map of |v|.
 __device__ __forceinline__ u32 e2m1_rne(float v) {
-    const float a = fabsf(v);
+    const float a = f32_abs(v);
     float code;
-    if (a < 2.0f) code = rintf(a * 2.0f);                                    // 0, .5, 1, 1.5, 2
-    else if (a < 4.0f) code = rintf(a - 2.0f) + 4.0f;                        // 2, 3, 4 (a - 2 exact)
-    else code = fminf(rintf((a - 4.0f) * 0.5f) + 6.0f, 7.0f);                // 4, 6 and saturation
-    return e2m1_with_sign((u32)code, v);
+    if (f32_lt(a, 2.0f)) code = f32_rint(f32_mul(a, 2.0f));                      // 0, .5, 1, 1.5, 2
+    else if (f32_lt(a, 4.0f)) code = f32_add(f32_rint(f32_sub(a, 2.0f)), 4.0f);  // 2, 3, 4 (a - 2 exact)
+    else code = f32_min(f32_add(f32_rint(f32_mul(f32_sub(a, 4.0f), 0.5f)), 6.0f), 7.0f);  // 4, 6, saturation
+    return e2m1_with_sign(f32_to_u32_rz(code), v);
 }
 
-__device__ __forceinline__ float sr_step(float a) { return a < 2.0f ? 0.5f : (a < 4.0f ? 1.0f : 2.0f); }
+__device__ __forceinline__ float sr_step(float a) { return f32_lt(a, 2.0f) ? 0.5f : (f32_lt(a, 4.0f) ? 1.0f : 2.0f); }
 
 // formats.e2m1_stochastic_round: u = byte/256; t = |v| + u*step(|v|); q = min(floor(t/step(t))*step(t), 6).
 // step is a power of two, so t/step(t) is the exact product t * (1/step(t)); q is always on the grid, so its
 // code is computed rather than looked up (both checked against the reference's form over 9e9 inputs).
 __device__ __forceinline__ u32 e2m1_sr(float v, u32 byte) {
-    const float a = fabsf(v);
-    const float u = __fmul_rn((float)byte, 0.00390625f);  // byte / 256, exact
-    const float t = __fadd_rn(a, __fmul_rn(u, sr_step(a)));
+    const float a = f32_abs(v);
+    const float u = f32_mul((float)byte, 0.00390625f);  // byte / 256, exact
+    const float t = f32_add(a, f32_mul(u, sr_step(a)));
     const float step_t = sr_step(t);
-    const float inv_step_t = t < 2.0f ? 2.0f : (t < 4.0f ? 1.0f : 0.5f);
-    float q = __fmul_rn(floorf(__fmul_rn(t, inv_step_t)), step_t);
-    q = is_nan(t) ? 6.0f : (q > 6.0f ? 6.0f : q);
-    const u32 code = q < 2.0f ? (u32)(q * 2.0f) : (q < 4.0f ? (u32)q + 2u : (q < 5.0f ? 6u : 7u));
+    const float inv_step_t = f32_lt(t, 2.0f) ? 2.0f : (f32_lt(t, 4.0f) ? 1.0f : 0.5f);
+    float q = f32_mul(f32_floor(f32_mul(t, inv_step_t)), step_t);
+    q = is_nan(t) ? 6.0f : (f32_gt(q, 6.0f) ? 6.0f : q);
+    const u32 code = f32_lt(q, 2.0f) ? f32_to_u32_rz(f32_mul(q, 2.0f))
+                                     : (f32_lt(q, 4.0f) ? f32_to_u32_rz(q) + 2u : (f32_lt(q, 5.0f) ? 6u : 7u));
     return e2m1_with_sign(code, v);
 }
 
@@ -132,26 +183,26 @@ struct GlobalScale {
 };
 
 __device__ __forceinline__ GlobalScale global_scale(float amax, float six_e) {
-    float enc = fminf(__fdiv_rn(six_e, amax), FLT_MAX_F);
-    if (amax == 0.0f || enc == 0.0f) enc = 1.0f;
-    return {enc, __fdiv_rn(1.0f, enc)};
+    float enc = f32_min(f32_div(six_e, amax), FLT_MAX_F);
+    if (f32_eq(amax, 0.0f) || f32_eq(enc, 0.0f)) enc = 1.0f;
+    return {enc, f32_div(1.0f, enc)};
 }
 
 // enc_b = fminf(RN(1 / RN(float(s_b) * S_dec)), FLT_MAX)
 __device__ __forceinline__ float block_encode_multiplier(u32 s_b, float s_dec) {
-    return fminf(__fdiv_rn(1.0f, __fmul_rn(e4m3_to_f32(s_b), s_dec)), FLT_MAX_F);
+    return f32_min(f32_div(1.0f, f32_mul(e4m3_to_f32(s_b), s_dec)), FLT_MAX_F);
 }
 
 __device__ __forceinline__ float half_warp_max(float a) {
 #pragma unroll
-    for (int o = 1; o < 16; o <<= 1) a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, o));
+    for (int o = 1; o < 16; o <<= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
     return a;
 }
 
 // Sum of the 16 lanes' values in the reference's tree order (all lanes get the sum).
 __device__ __forceinline__ float half_warp_tree_sum(float e) {
 #pragma unroll
-    for (int o = 8; o > 0; o >>= 1) e = __fadd_rn(e, __shfl_xor_sync(0xffffffffu, e, o));
+    for (int o = 8; o > 0; o >>= 1) e = f32_add(e, __shfl_xor_sync(0xffffffffu, e, o));
     return e;
 }
 
@@ -166,9 +217,9 @@ __device__ __forceinline__ float candidate_error(const float (&v)[16], const u32
     float err = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        const float val = __fdiv_rn(__fmul_rn(__fmul_rn(e2m1_to_f32(codes[i]), scale), amax), o.six_e);
-        const float diff = __fsub_rn(val, v[i]);
-        err = __fadd_rn(err, o.mse ? __fmul_rn(diff, diff) : fabsf(diff));
+        const float val = f32_div(f32_mul(f32_mul(e2m1_to_f32(codes[i]), scale), amax), o.six_e);
+        const float diff = f32_sub(val, v[i]);
+        err = f32_add(err, o.mse ? f32_mul(diff, diff) : f32_abs(diff));
     }
     return err;
 }
@@ -179,28 +230,28 @@ __device__ __forceinline__ u32 quantize_block(const float (&v)[16], bool sr, con
                                               GlobalScale gs, const Options& o, u32* lo, u32* hi) {
     float b = 0.0f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) b = fmaxf(b, fabsf(v[i]));
+    for (int i = 0; i < 16; ++i) b = f32_max(b, f32_abs(v[i]));
     if (o.two_d) b = half_warp_max(b);
     u32 codes[16];
     u32 s_b;
     if (!o.use_4over6) {
-        s_b = cast_e4m3(fminf(__fmul_rn(b, __fmul_rn(gs.enc, __uint_as_float(FL_ONE_SIXTH))), FLT_MAX_F));
+        s_b = cast_e4m3(f32_min(f32_mul(b, f32_mul(gs.enc, __uint_as_float(FL_ONE_SIXTH))), FLT_MAX_F));
         const float enc = block_encode_multiplier(s_b, gs.dec);
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-            const float x = __fmul_rn(v[i], enc);
+            const float x = f32_mul(v[i], enc);
             codes[i] = sr ? e2m1_sr(x, (rnd[i >> 2] >> (8 * (i & 3))) & 0xFFu) : e2m1_rne(x);
         }
     } else {
-        const float base = __fmul_rn(__fdiv_rn(b, 6.0f), gs.enc);
-        const u32 s4 = cast_e4m3(fminf(__fmul_rn(base, 1.5f), 448.0f));
-        const u32 s6 = cast_e4m3(fminf(base, 448.0f));
+        const float base = f32_mul(f32_div(b, 6.0f), gs.enc);
+        const u32 s4 = cast_e4m3(f32_min(f32_mul(base, 1.5f), 448.0f));
+        const u32 s6 = cast_e4m3(f32_min(base, 448.0f));
         const float enc4 = block_encode_multiplier(s4, gs.dec), enc6 = block_encode_multiplier(s6, gs.dec);
         u32 codes4[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-            codes4[i] = e2m1_rne(__fmul_rn(v[i], enc4));
-            codes[i] = e2m1_rne(__fmul_rn(v[i], enc6));
+            codes4[i] = e2m1_rne(f32_mul(v[i], enc4));
+            codes[i] = e2m1_rne(f32_mul(v[i], enc6));
         }
         float err4 = candidate_error(v, codes4, e4m3_to_f32(s4), amax, o);
         float err6 = candidate_error(v, codes, e4m3_to_f32(s6), amax, o);
@@ -208,7 +259,7 @@ __device__ __forceinline__ u32 quantize_block(const float (&v)[16], bool sr, con
             err4 = half_warp_tree_sum(err4);
             err6 = half_warp_tree_sum(err6);
         }
-        const bool map4 = err4 < err6;  // ties and NaN errors choose map-to-6
+        const bool map4 = f32_lt(err4, err6);  // ties and NaN errors choose map-to-6
         s_b = map4 ? s4 : s6;
         if (map4)
 #pragma unroll
@@ -228,12 +279,12 @@ __device__ __forceinline__ void rht16(float (&v)[16], int sign_mask) {
     float p[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i)
-        p[i] = __fmul_rn(v[i], (sign_mask && ((RHT_NEGATIVE_SIGNS >> i) & 1u)) ? -0.25f : 0.25f);
+        p[i] = f32_mul(v[i], (sign_mask && ((RHT_NEGATIVE_SIGNS >> i) & 1u)) ? -0.25f : 0.25f);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
         float acc = 0.0f;
 #pragma unroll
-        for (int i = 0; i < 16; ++i) acc = (__popc(i & j) & 1) ? __fsub_rn(acc, p[i]) : __fadd_rn(acc, p[i]);
+        for (int i = 0; i < 16; ++i) acc = (__popc(i & j) & 1) ? f32_sub(acc, p[i]) : f32_add(acc, p[i]);
         v[j] = __bfloat162float(__float2bfloat16_rn(acc));
     }
 }
@@ -358,7 +409,7 @@ __device__ void nvfp4_quantize_impl(const T* __restrict__ x, int M, int K,
 __device__ __forceinline__ float block_max(float m) {
     __shared__ float partial[THREADS / 32];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int o = 16; o > 0; o >>= 1) m = f32_max(m, __shfl_xor_sync(0xffffffffu, m, o));
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     __syncthreads();
     if (lane == 0) partial[warp] = m;
@@ -366,7 +417,7 @@ __device__ __forceinline__ float block_max(float m) {
     if (warp == 0) {
         m = lane < THREADS / 32 ? partial[lane] : 0.0f;
 #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        for (int o = 16; o > 0; o >>= 1) m = f32_max(m, __shfl_xor_sync(0xffffffffu, m, o));
     }
     return m;
 }
@@ -388,11 +439,11 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 #pragma unroll
             for (int i = 0; i < 16; ++i) {
                 v[i] = __bfloat162float(x[(i64)(m + i) * K + k]);
-                ax = fmaxf(ax, fabsf(v[i]));
+                ax = f32_max(ax, f32_abs(v[i]));
             }
             rht16(v, sign_mask);
 #pragma unroll
-            for (int i = 0; i < 16; ++i) ay = fmaxf(ay, fabsf(v[i]));
+            for (int i = 0; i < 16; ++i) ay = f32_max(ay, f32_abs(v[i]));
         }
     }
     ay = block_max(ay);
@@ -408,8 +459,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
 __device__ __forceinline__ void decode_block(uint2 packed, float final_scale, float (&out)[16]) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        out[i] = __fmul_rn(e2m1_to_f32(packed.x >> (4 * i)), final_scale);
-        out[i + 8] = __fmul_rn(e2m1_to_f32(packed.y >> (4 * i)), final_scale);
+        out[i] = f32_mul(e2m1_to_f32(packed.x >> (4 * i)), final_scale);
+        out[i + 8] = f32_mul(e2m1_to_f32(packed.y >> (4 * i)), final_scale);
     }
 }
 
@@ -423,7 +474,7 @@ __device__ void nvfp4_dequantize_rows_impl(const u8* __restrict__ data, i64 R, i
     for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < n; g += stride) {
         const i64 r = g / blocks_per_row, b = g % blocks_per_row;
         const float a = amax[amax_per_row ? r : 0];
-        const float fs = __fmul_rn(__fmul_rn(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
+        const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
         float vals[16];
         decode_block(*reinterpret_cast<const uint2*>(data + r * (C / 2) + 8 * b), fs, vals);
         store16(out + r * C + 16 * b, vals);
@@ -444,7 +495,7 @@ __device__ void nvfp4_dequantize_cols_impl(const u8* __restrict__ data, int K, i
         const int k = k0 + kl, m = m0 + 16 * blk;
         if (k < K && m < M) {
             const float a = amax[amax_per_row ? k : 0];
-            const float fs = __fmul_rn(__fmul_rn(e4m3_to_f32(scale[(i64)k * ld + m / 16]), a), inv_six_e);
+            const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[(i64)k * ld + m / 16]), a), inv_six_e);
             float vals[16];
             decode_block(*reinterpret_cast<const uint2*>(data + (i64)k * (M / 2) + m / 2), fs, vals);
 #pragma unroll

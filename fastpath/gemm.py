@@ -140,6 +140,12 @@ def _mm(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float, out: Optional[torch
     """``alpha * a2 @ b2 (+ out)`` by cuBLAS in the operands' dtype (= ``out``'s): fp32
     accumulation, one rounding (see :func:`_fp32_accumulation`)."""
     with _fp32_accumulation():
+        if accumulate and out.dtype in (torch.float16, torch.bfloat16):
+            # The reference rounds once: RN(RN(alpha * acc) + out) in fp32, then to out's dtype.
+            # cuBLAS's beta = 1 epilogue may round the product first, so add in fp32 here.
+            acc = _mm_fp32_out(a2, b2)
+            product = acc if alpha == 1.0 else acc * alpha
+            return out.copy_(product + out.float())
         if accumulate:
             return out.addmm_(a2, b2, alpha=alpha)
         if out is None:
@@ -147,6 +153,14 @@ def _mm(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float, out: Optional[torch
         if alpha == 1.0:
             return torch.mm(a2, b2, out=out)
         return torch.addmm(out, a2, b2, beta=0.0, alpha=alpha, out=out)
+
+
+def _mm_fp32_out(a2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
+    """``a2 @ b2`` accumulated and returned in fp32 (cuBLAS reads the 16-bit operands directly)."""
+    try:
+        return torch.mm(a2, b2, out_dtype=torch.float32)
+    except (TypeError, RuntimeError):  # torch without mm(out_dtype=...)
+        return torch.mm(a2.float(), b2.float())
 
 
 def _usage(trans: bool, operand: str) -> str:

@@ -80,7 +80,7 @@ def test_layer_norm_init_values(zero_centered_gamma, device):
     torch.testing.assert_close(op.bias.cpu(), torch.zeros(3, 4, device="cpu"), rtol=0, atol=0)
     # Either way the fresh op is a plain normalization.
     x = torch.randn(5, 3, 4)
-    expected = torch.nn.functional.layer_norm(x.double(), (3, 4), eps=1e-5)
+    expected = torch.nn.functional.layer_norm(x.double().cpu(), (3, 4), eps=1e-5)
     torch.testing.assert_close(to64(op(x)), expected, **dtype_tols(torch.float32))
 
 

@@ -8,8 +8,7 @@ import torch
 
 from ..interface import KernelBackend
 from . import activations as act
-from . import norms
-from . import quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
+from . import norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
 from .gemm import gemm_fp32
 from .gemm_operands import dequantize_gemm_operands
 

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from ...formats import e8m0_encode_multiplier, e8m0_from_fp32, e8m0_to_fp32, fp32_from_bits
+from ...formats import (
+    e8m0_encode_multiplier,
+    e8m0_from_fp32,
+    e8m0_to_fp32,
+    fp32_from_bits,
+)
 from .quant_float8 import float8_format
 
 __all__ = ["MXFP8_BLOCK_SIZE", "check_mxfp8_shape", "quantize_mxfp8", "dequantize_mxfp8"]

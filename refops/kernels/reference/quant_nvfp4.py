@@ -1,4 +1,7 @@
-"""NVFP4 numerics: two-level block scaling, RHT, stochastic rounding, 4over6, dequantize, GEMM.
+"""NVFP4 numerics: two-level block scaling, stochastic rounding, 4over6, quantize and dequantize.
+
+The random Hadamard transform is in :mod:`.hadamard`, the scale swizzle in
+:mod:`.scale_swizzle`, the emulated GEMM in :mod:`.gemm_nvfp4`.
 
 This file is the byte-exact specification a CUDA kernel is checked against
 (``recipes-numerics.md`` §2.5, §3.2-3.3, §4). Notation: ``RN(.)`` is one IEEE
@@ -37,29 +40,22 @@ from ...formats import (
     pack_e2m1,
     unpack_e2m1,
 )
+from .hadamard import hadamard_transform_16
 
 __all__ = [
     "BLOCK",
-    "RHT_SIGN_VECTOR",
     "NVFP4QuantizeResult",
     "nvfp4_scale_shape",
     "nvfp4_global_scale",
     "nvfp4_block_scale",
     "nvfp4_4over6_block_scales",
     "nvfp4_block_encode_multiplier",
-    "rht_matrix_16",
-    "hadamard_transform_16",
     "nvfp4_quantize",
     "nvfp4_dequantize",
-    "swizzle_block_scales",
-    "unswizzle_block_scales",
-    "nvfp4_gemm_reference",
 ]
 
 #: Elements per NVFP4 block (and tile side for 2D weights).
 BLOCK = 16
-#: Fixed RHT signs s_i (TE's ``get_wgrad_sign_vector``).
-RHT_SIGN_VECTOR = (1, 1, 1, -1, 1, -1, -1, -1, -1, -1, -1, 1, -1, 1, -1, -1)
 _FL_ONE_SIXTH_BITS = 0x3E2AAAAB  # fl(1/6)
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -167,49 +163,6 @@ def nvfp4_block_encode_multiplier(s_b: torch.Tensor, s_dec: torch.Tensor) -> tor
     """``enc_b = fminf(RN(1 / RN(float(s_b) * S_dec)), FLT_MAX)``; ``s_b = 0`` gives ``FLT_MAX``."""
     decode = s_b.to(torch.float32) * s_dec
     return _fminf(torch.div(_f32(1.0, decode), decode), _f32(FLT_MAX, decode))
-
-
-# -------------------------------------------------- random Hadamard transform
-def rht_matrix_16(*, random_sign_mask: bool, device: torch.device | str | None = None) -> torch.Tensor:
-    """The RHT matrix ``diag(s) * H16 * 0.25`` in bf16 (entries exactly ±0.25).
-
-    ``H16[i, j] = (-1)^popcount(i & j)`` (Sylvester); ``s`` is
-    :data:`RHT_SIGN_VECTOR`, or all ones when ``random_sign_mask`` is False.
-    """
-    idx = torch.arange(BLOCK, device=device)
-    parity = torch.zeros(BLOCK, BLOCK, dtype=torch.int64, device=device)
-    both = idx[:, None] & idx[None, :]
-    for bit in range(4):
-        parity = parity + ((both >> bit) & 1)
-    hadamard = 1.0 - 2.0 * (parity % 2).to(torch.float32)
-    signs = torch.tensor(RHT_SIGN_VECTOR if random_sign_mask else (1,) * BLOCK, dtype=torch.float32, device=device)
-    return (signs[:, None] * hadamard * 0.25).to(torch.bfloat16)
-
-
-def hadamard_transform_16(x_t: torch.Tensor, *, random_sign_mask: bool) -> torch.Tensor:
-    """Apply the RHT along the last dim in chunks of 16: ``y = chunk @ (diag(s) H16 / 4)``.
-
-    ``x_t`` is bf16 (the already transposed ``(K, M)`` tensor for columnwise
-    quantization). For each chunk ``x_0..x_15`` and output ``j``:
-    ``acc = +0.0; for i = 0..15: acc = RN(acc + x_i * m_ij)`` (each product is
-    exact: ``m_ij = ±0.25``), then ``y_j = bf16_RNE(acc)``. The fixed ascending
-    order defines the result where an fp32 sum would be inexact (operand
-    exponents more than ~16 apart); elsewhere it equals TE's reference (a bf16
-    ``torch.matmul`` with fp32 accumulation) bit for bit. An exactly zero sum is
-    +0.0.
-    """
-    if x_t.dtype != torch.bfloat16:
-        raise ValueError(f"hadamard_transform_16: expected a bfloat16 tensor, got {x_t.dtype}")
-    if x_t.ndim == 0 or x_t.shape[-1] % BLOCK != 0:
-        raise ValueError(
-            f"hadamard_transform_16: the last dim must be a multiple of {BLOCK}, got shape {tuple(x_t.shape)}"
-        )
-    matrix = rht_matrix_16(random_sign_mask=random_sign_mask, device=x_t.device).to(torch.float32)
-    chunks = x_t.reshape(-1, BLOCK).to(torch.float32)
-    acc = torch.zeros_like(chunks)
-    for i in range(BLOCK):
-        acc = acc + chunks[:, i : i + 1] * matrix[i][None, :]
-    return acc.to(torch.bfloat16).reshape(x_t.shape)
 
 
 # ---------------------------------------------------------------- quantize
@@ -497,77 +450,3 @@ def nvfp4_dequantize(
     if transposed:
         values = values.t()
     return values.to(dtype).reshape(shape)
-
-
-# ----------------------------------------------------------------- swizzle
-def _check_swizzle_shape(scales: torch.Tensor, name: str) -> None:
-    if scales.ndim != 2 or scales.shape[0] % 128 != 0 or scales.shape[1] % 4 != 0:
-        raise ValueError(f"{name}: expected a 2D scale tensor padded to (128k, 4j), got {tuple(scales.shape)}")
-
-
-def swizzle_block_scales(scales: torch.Tensor) -> torch.Tensor:
-    """cuBLAS 128x4 block-scale swizzle (§3.3), returned with the same ``(R, C)`` shape.
-
-    ``S[128*rb + 32*i + j, 4*cb + l]`` goes to linear offset
-    ``((rb*(C/4) + cb)*32 + j)*16 + 4*i + l``: reshape to ``(R/128, 4, 32, C/4, 4)``,
-    permute ``(0, 3, 2, 1, 4)``, flatten. NVFP4 columnwise scales are already
-    stored transposed, so the same swizzle applies to them.
-    """
-    _check_swizzle_shape(scales, "swizzle_block_scales")
-    r, c = scales.shape
-    tiles = scales.reshape(r // 128, 4, 32, c // 4, 4).permute(0, 3, 2, 1, 4)
-    return tiles.reshape(r, c)
-
-
-def unswizzle_block_scales(swizzled: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`swizzle_block_scales`."""
-    _check_swizzle_shape(swizzled, "unswizzle_block_scales")
-    r, c = swizzled.shape
-    tiles = swizzled.reshape(r // 128, c // 4, 32, 4, 4).permute(0, 3, 2, 1, 4)
-    return tiles.reshape(r, c)
-
-
-# -------------------------------------------------------------------- GEMM
-def nvfp4_gemm_reference(
-    a_data: torch.Tensor,
-    a_scale: torch.Tensor,
-    a_amax: torch.Tensor,
-    b_data: torch.Tensor,
-    b_scale: torch.Tensor,
-    b_amax: torch.Tensor,
-    *,
-    out_dtype: torch.dtype = torch.float32,
-    a_e4m3_max: float = 448.0,
-    b_e4m3_max: float = 448.0,
-) -> torch.Tensor:
-    """Emulated NVFP4 GEMM ``y = Â @ B̂ᵀ`` (§4), both operands blocked along the contraction dim K.
-
-    ``a_data`` ``(M, K/2)`` and ``b_data`` ``(N, K/2)`` with compact-or-padded
-    scales and amax ``(1,)`` or per row (``(M,)`` / ``(N,)``). Fixed order:
-
-    1. for each 16-block ``k`` in ascending order:
-       ``p = e2m1(qa_k) @ e2m1(qb_k)ᵀ`` (exact: products are multiples of 1/4,
-       ``|p| <= 576``), ``y = RN(y + RN(RN(sa_k ⊗ sb_k) * p))``, starting at ``y = 0``;
-    2. ``alpha = RN(RN(A_a ⊗ A_b) * fl(1/(36 * E_a * E_b)))`` and ``y = RN(alpha * y)``;
-    3. one cast to ``out_dtype``.
-    """
-    m, n = a_data.shape[0], b_data.shape[0]
-    k = a_data.shape[1] * 2
-    if b_data.shape[1] * 2 != k or k % BLOCK != 0:
-        raise ValueError(
-            f"nvfp4_gemm_reference: operands must share K (a multiple of {BLOCK}), "
-            f"got a {tuple(a_data.shape)} and b {tuple(b_data.shape)} packed"
-        )
-    n_blocks = k // BLOCK
-    qa = e2m1_to_fp32(unpack_e2m1(a_data)).double()
-    qb = e2m1_to_fp32(unpack_e2m1(b_data)).double()
-    sa = E4M3.to_fp32(a_scale[:m, :n_blocks].contiguous())
-    sb = E4M3.to_fp32(b_scale[:n, :n_blocks].contiguous())
-    y = torch.zeros(m, n, dtype=torch.float32, device=a_data.device)
-    for blk in range(n_blocks):
-        cols = slice(blk * BLOCK, (blk + 1) * BLOCK)
-        partial = (qa[:, cols] @ qb[:, cols].t()).to(torch.float32)
-        y = y + (sa[:, blk, None] * sb[None, :, blk]) * partial
-    amax_product = a_amax.to(torch.float32).reshape(-1, 1) * b_amax.to(torch.float32).reshape(1, -1)
-    alpha = amax_product * _f32(1.0 / (36.0 * a_e4m3_max * b_e4m3_max), y)
-    return (alpha * y).to(out_dtype)

@@ -68,6 +68,7 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements per 16 bytes
 _THREADS = 256
 _MAX_GRID_Y = 65535
+_FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in activation.cu
 
 
 @functools.lru_cache(maxsize=None)
@@ -121,23 +122,54 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _blocks(rows: int, n: int, v: int, device: torch.device, *, parts_cap: bool = False):
+def _blocks(rows: int, n: int, v: int, device: torch.device, *, wave: Optional[int] = None):
     """``(grid, block)`` for ``rows`` rows of ``n`` elements, ``v`` per thread.
 
-    With ``parts_cap`` the grid has few row blocks (each writes one partial row of
-    column sums), about 8 blocks per SM in total.
+    Without ``wave``: a few rows per thread (the loop prefetches the next row) and
+    several blocks per SM. With ``wave`` (the blocks the GPU holds at once, for
+    kernels whose row blocks each write one partial row of column sums): one full
+    wave, so no SM idles behind a partial second wave and the partial rows are few.
     """
     vectors = -(-n // v)
     tx = min(_THREADS, _pow2_at_least(vectors))
     ty = _THREADS // tx
     gx = -(-vectors // tx)
     row_blocks = -(-rows // ty)
-    sms = _sm_count(device)
-    if parts_cap:
-        gy = min(row_blocks, max(1, -(-8 * sms // gx)))
-    else:  # a few rows per thread (the loop prefetches the next row), but enough blocks
-        gy = min(row_blocks, max(-(-row_blocks // 4), -(-16 * sms // gx)))
+    if wave is not None:
+        gy = min(row_blocks, max(1, wave // gx))
+    else:
+        gy = min(row_blocks, max(-(-row_blocks // 4), -(-16 * _sm_count(device) // gx)))
     return (gx, max(1, min(gy, _MAX_GRID_Y))), (tx, ty)
+
+
+#: Blocks per SM assumed when the occupancy query is unavailable (fits 64 registers per thread).
+_FALLBACK_BLOCKS_PER_SM = 4
+
+
+@functools.lru_cache(maxsize=None)
+def _wave(group: str, name: str, device_index: int, threads: int, shared: int) -> int:
+    """How many ``threads``-thread blocks of kernel ``name`` the whole GPU holds at once."""
+    device = torch.device("cuda", device_index)
+    per_sm = _FALLBACK_BLOCKS_PER_SM
+    try:
+        import cupy
+        from cupy.cuda import driver
+
+        with cupy.cuda.Device(device_index):
+            kernel = _kernel(group, name, device_index)
+            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared))
+    except Exception:  # an older CuPy without the query: the conservative estimate
+        pass
+    return max(1, per_sm) * _sm_count(device)
+
+
+def _partial_launch(group: str, name: str, rows: int, n: int, v: int, device: torch.device, shared_per_thread: int):
+    """``(grid, block, shared)`` for a kernel writing one partial row per row block (see ``_blocks``)."""
+    _, block = _blocks(rows, n, v, device)
+    shared = block[0] * block[1] * shared_per_thread if block[1] > 1 else 0
+    wave = _wave(group, name, device.index, block[0] * block[1], shared)
+    grid, _ = _blocks(rows, n, v, device, wave=wave)
+    return grid, block, shared
 
 
 def _flat_shape(numel: int, vec_width: int, vec: bool) -> tuple[int, int]:
@@ -185,13 +217,14 @@ def _backward(dy: torch.Tensor, x: torch.Tensor, activation: str, p: tuple, *,
         vec = x.numel() % vw == 0 and _aligned(dy, x)
         rows, n = _flat_shape(x.numel(), vw, vec)
     v = vw if vec else 1
-    grid, block = _blocks(rows, n, v, x.device, parts_cap=want_dbias)
+    name = f"act_bwd_{activation}_{_SUFFIX[x.dtype]}"
     partial, shared = None, 0
-    if want_dbias:
+    if want_dbias:  # per-block column sums of dx in the block's scratch (both halves when gated)
+        grid, block, shared = _partial_launch(activation, name, rows, n, v, x.device, v * 4 * (2 if gated else 1))
         partial = torch.empty((grid[1], width), dtype=torch.float32, device=x.device)
-        if block[1] > 1:
-            shared = block[0] * block[1] * v * 4 * (2 if gated else 1)
-    kernel = _kernel(activation, f"act_bwd_{activation}_{_SUFFIX[x.dtype]}", x.device.index)
+    else:
+        grid, block = _blocks(rows, n, v, x.device)
+    kernel = _kernel(activation, name, x.device.index)
     args = (_cuda.ptr(dy), _cuda.ptr(x), _cuda.ptr(dx), _cuda.ptr(partial), _cuda.i64(rows), _cuda.i64(n),
             _cuda.i32(int(vec)), *p)
     _cuda.launch(kernel, grid, block, args, device=x.device, shared_mem=shared)
@@ -206,21 +239,23 @@ def _column_sums(g: torch.Tensor) -> torch.Tensor:
     vw = _VECTOR_WIDTH[g.dtype]
     vec = n % vw == 0 and _aligned(g)
     v = vw if vec else 1
-    grid, block = _blocks(rows, n, v, g.device, parts_cap=True)
+    name = f"dbias_partial_{_SUFFIX[g.dtype]}"
+    grid, block, shared = _partial_launch("dbias", name, rows, n, v, g.device, v * 4)
     partial = torch.empty((grid[1], n), dtype=torch.float32, device=g.device)
-    shared = block[0] * block[1] * v * 4 if block[1] > 1 else 0
-    kernel = _kernel("dbias", f"dbias_partial_{_SUFFIX[g.dtype]}", g.device.index)
+    kernel = _kernel("dbias", name, g.device.index)
     args = (_cuda.ptr(g), _cuda.ptr(partial), _cuda.i64(rows), _cuda.i64(n), _cuda.i32(int(vec)))
     _cuda.launch(kernel, grid, block, args, device=g.device, shared_mem=shared)
     return _finalize_columns(partial, g.dtype)
 
 
 def _finalize_columns(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Column sums of the fp32 partial rows, rounded to ``dtype``: blocks of 32 columns x
+    ``_FINALIZE_STRIPES`` threads, each stripe summing every ``_FINALIZE_STRIPES``-th row."""
     parts, width = partial.shape
     out = torch.empty(width, dtype=dtype, device=partial.device)
     kernel = _kernel("dbias", f"dbias_finalize_{_SUFFIX[dtype]}", partial.device.index)
     args = (_cuda.ptr(partial), _cuda.i64(parts), _cuda.i64(width), _cuda.ptr(out))
-    _cuda.launch(kernel, ((width + _THREADS - 1) // _THREADS,), (_THREADS,), args, device=partial.device)
+    _cuda.launch(kernel, (-(-width // 32),), (32, _FINALIZE_STRIPES), args, device=partial.device)
     return out
 
 

@@ -3,18 +3,19 @@
 Row statistics (mean, rstd, the backward's row sums) are fp32 reductions in a
 different order than torch's, so outputs match the reference within the dtype's
 tolerance and ``mean``/``rstd`` within fp32's; each element-wise step keeps the
-reference's formula.
+reference's formula (L2 normalization's backward divides once per row).
 
 Launch shape: ``TPR`` threads share a row (a power of two from 32 to 512: one
 warp per row for narrow rows, up to a 512-thread block for wide ones) and keep
 it in registers, 4 packs of 16 bytes per thread (or 8 single elements when the
 width or the pointers do not allow 16-byte vectors); ``256 // TPR`` rows per
-block; blocks walk rows with a grid-stride loop. Backward kernels accumulate the
-weight (and bias) gradients of their rows in registers, write one fp32 partial
-row per row slot (2 blocks per SM), and a second small kernel sums the partial
-rows. Rows wider than a 512-thread block holds (16384 fp16/bf16, 8192 fp32,
-4096 unaligned elements) go to the reference, as do CPU tensors, empty tensors
-and mixed dtypes.
+block; one wave of blocks (as many as the GPU holds at once) walks the rows with
+a grid-stride loop, each thread prefetching its part of the block's next row into
+L2. Backward kernels accumulate the weight (and bias) gradients of their rows in
+registers, write one fp32 partial row per row slot, and a second small kernel
+sums the partial rows (32 columns x 16 stripes of rows per block). Rows wider than
+a 512-thread block holds (16384 fp16/bf16, 8192 fp32, 4096 unaligned elements) go
+to the reference, as do CPU tensors, empty tensors and mixed dtypes.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ _VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # eleme
 _MAX_ROW_THREADS = 512
 _VECTOR_PACKS, _SCALAR_PACKS = 4, 8  # VEC_PPT and SCALAR_PPT in norm.cu
 _THREADS = 256
+_FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in norm.cu
+#: Blocks per SM assumed when CuPy cannot answer the occupancy query (2 x 512 threads always fit).
+_FALLBACK_BLOCKS_PER_SM = 2
 
 
 def max_fast_width(dtype: torch.dtype, *, vectorized: bool = True) -> int:
@@ -45,6 +49,22 @@ def max_fast_width(dtype: torch.dtype, *, vectorized: bool = True) -> int:
 @functools.lru_cache(maxsize=8)
 def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+@functools.lru_cache(maxsize=None)
+def _wave(name: str, device_index: int, threads: int) -> int:
+    """How many ``threads``-thread blocks of kernel ``name`` the whole GPU holds at once."""
+    per_sm = _FALLBACK_BLOCKS_PER_SM
+    try:
+        import cupy
+        from cupy.cuda import driver
+
+        with cupy.cuda.Device(device_index):
+            kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
+            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, 0))
+    except Exception:  # an older CuPy without the query: a count that always fits
+        pass
+    return max(1, per_sm) * _sm_count(torch.device("cuda", device_index))
 
 
 def _row_layout(n: int, dtype: torch.dtype, *tensors: Optional[torch.Tensor]) -> Optional[tuple[bool, int, int]]:
@@ -85,7 +105,8 @@ def _forward(kind: str, x: torch.Tensor, weight: Optional[torch.Tensor], bias: O
     y = torch.empty_like(x)
     mean = torch.empty(rows, dtype=torch.float32, device=x.device) if kind == "layer_norm" else None
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
-    grid = (min(-(-rows // rpb), 32 * _sm_count(x.device)),)
+    name = f"{kind}_fwd_{_SUFFIX[x.dtype]}"
+    grid = (min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb)),)
     c = _cuda
     tail = (c.i64(rows), c.i64(n), c.f32(eps))
     if kind == "layer_norm":
@@ -95,8 +116,7 @@ def _forward(kind: str, x: torch.Tensor, weight: Optional[torch.Tensor], bias: O
         args = (c.ptr(x), c.ptr(weight), c.ptr(y), c.ptr(rstd), *tail, c.i32(int(zero_centered)), c.i32(int(vec)))
     else:
         args = (c.ptr(x), c.ptr(y), c.ptr(rstd), *tail, c.i32(int(vec)))
-    kernel = c.get_kernel(KERNEL_FILE, f"{kind}_fwd_{_SUFFIX[x.dtype]}")
-    c.launch(kernel, grid, (tpr, rpb), args, device=x.device)
+    c.launch(c.get_kernel(KERNEL_FILE, name), grid, (tpr, rpb), args, device=x.device)
     return y, mean, rstd
 
 
@@ -113,7 +133,9 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
         return None
     vec, tpr, rpb = layout
     dx = torch.empty_like(x)
-    blocks = min(-(-rows // rpb), 2 * _sm_count(x.device))
+    suffix = _SUFFIX[x.dtype]
+    name = f"{kind}_bwd_{suffix}"
+    blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb))
     parts = blocks * rpb
     partial_w = torch.empty((parts, n), dtype=torch.float32, device=x.device) if weight is not None else None
     partial_b = torch.empty((parts, n), dtype=torch.float32, device=x.device) if kind == "layer_norm" else None
@@ -126,14 +148,13 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
                 c.i64(n), c.i32(int(zero_centered)), c.i32(int(vec)))
     else:
         args = (c.ptr(dy), c.ptr(x), c.ptr(rstd), c.ptr(dx), c.i64(rows), c.i64(n), c.f32(eps), c.i32(int(vec)))
-    suffix = _SUFFIX[x.dtype]
-    c.launch(c.get_kernel(KERNEL_FILE, f"{kind}_bwd_{suffix}"), (blocks,), (tpr, rpb), args, device=x.device)
+    c.launch(c.get_kernel(KERNEL_FILE, name), (blocks,), (tpr, rpb), args, device=x.device)
     if weight is None:
         return dx, None, None
     dweight = torch.empty(n, dtype=weight.dtype, device=x.device)
     dbias = torch.empty(n, dtype=weight.dtype, device=x.device) if partial_b is not None else None
     args = (c.ptr(partial_w), c.ptr(partial_b), c.i64(parts), c.i64(n), c.ptr(dweight), c.ptr(dbias))
-    c.launch(c.get_kernel(KERNEL_FILE, f"wgrad_finalize_{suffix}"), (-(-n // _THREADS),), (_THREADS,), args,
+    c.launch(c.get_kernel(KERNEL_FILE, f"wgrad_finalize_{suffix}"), (-(-n // 32),), (32, _FINALIZE_STRIPES), args,
              device=x.device)
     return dx, dweight, dbias
 

@@ -8,9 +8,9 @@ method                        kernels (``fastpath/kernels/``)
 ===========================  ==============================================================
 amax                          ``cast_fp8.cu: fp8_amax_*`` (one pass, block max + atomicMax)
 quantize_float8               ``fp8_cast_*`` (row-wise only, flat) or ``fp8_cast_transpose_*``
-                              (128x128 tiles: row-wise bytes and the transposed copy in one
-                              pass); the delayed-scaling amax is taken in the same pass and
-                              merged by ``fp8_amax_finalize``
+                              (persistent 128x128 tiles: row-wise bytes and the transposed
+                              copy in one pass); the delayed-scaling amax is taken in the same
+                              pass and merged into the accumulator by compare-and-swap
 dequantize_float8             ``fp8_dequantize_*``
 quantize_mxfp8                ``mxfp8.cu: mxfp8_quantize_*`` (32x128 tiles, both usages and
                               2D in one pass)
@@ -18,9 +18,10 @@ dequantize_mxfp8              ``mxfp8_dequantize_*``
 quantize_float8_block         ``fp8_block.cu: fp8_block_quantize_*`` (128x128 tiles, 1D and
                               2D, both usages and the transpose in one pass)
 dequantize_float8_block       ``fp8_block_dequantize_*``
-quantize_nvfp4                pass 1: ``fp8_amax_*`` or, for the column-wise RHT,
-                              ``nvfp4_rht_amax_bf16``; pass 2: ``nvfp4.cu: nvfp4_quantize_*``
-                              (64-row tiles; 1x16 / 16x16, RHT, SR, 4over6 in one kernel)
+quantize_nvfp4                pass 1: ``nvfp4.cu: nvfp4_amax_*`` or, for the column-wise
+                              RHT, ``nvfp4_rht_amax_bf16``; pass 2: ``nvfp4_quantize_<v>_*``
+                              (one kernel per option set: persistent, 64-row x 256-byte tiles
+                              through a cp.async double buffer, last tile first)
 dequantize_nvfp4              ``nvfp4_dequantize_rows_*`` / ``nvfp4_dequantize_cols_*``
 ===========================  ==============================================================
 
@@ -68,6 +69,14 @@ _FP8 = {
 }
 _THREADS = 256
 _TILE_THREADS = 512
+#: 16-byte vectors per block of the flat kernels in cast_fp8.cu (FLAT_THREADS x UNROLL x CHUNKS).
+_AMAX_VECTORS = 256 * 4 * 4
+_CAST_VECTORS = 256 * 4 * 2
+_DEQUANT_VECTORS = 256 * 8
+#: Resident blocks per SM of the persistent tile kernels (their ``__launch_bounds__``): 512-thread
+#: blocks of cast_fp8.cu / fp8_block.cu, 256-thread blocks of mxfp8.cu.
+_TILE_BLOCKS_PER_SM = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 2}
+_MXFP8_BLOCKS_PER_SM = {torch.float32: 2, torch.float16: 4, torch.bfloat16: 4}
 
 
 # ------------------------------------------------------------------ helpers
@@ -89,6 +98,19 @@ def _sm_count(device_index: int) -> int:
 def _grid(work_items: int, device: torch.device, *, block: int = _THREADS) -> tuple[int]:
     """Enough blocks for ``work_items`` (one per thread), capped at 16 blocks per SM (kernels grid-stride)."""
     return (max(1, min(-(-work_items // block), 16 * _sm_count(device.index or 0))),)
+
+
+def _chunk_grid(vectors: int, per_block: int) -> tuple[int]:
+    """One block per ``per_block`` 16-byte vectors (the flat kernels' chunks); at least one block."""
+    return (max(1, _ceil_div(vectors, per_block)),)
+
+
+def _persistent_grid(tiles: int, device: torch.device, blocks_per_sm: int) -> tuple[int]:
+    """Persistent tile kernels: at most the blocks that are resident at once (``blocks_per_sm``, which the
+    kernel's ``__launch_bounds__`` guarantees, times the SMs), with the tiles spread evenly so that every
+    block runs the same number of rounds (no last round with a few blocks alone)."""
+    slots = blocks_per_sm * _sm_count(device.index or 0)
+    return (max(1, _ceil_div(tiles, _ceil_div(tiles, slots))),)
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
@@ -115,17 +137,17 @@ def _f32_from_bits(bits: int) -> np.float32:
     return np.array([bits], dtype=np.uint32).view(np.float32)[0]
 
 
-def _run(filename: str, name: str, grid: tuple[int, ...], block: int, args: tuple[Any, ...],
+def _run(filename: str, name: str, grid: tuple[int, ...], block: int | tuple[int, ...], args: tuple[Any, ...],
          device: torch.device) -> None:
-    launch(get_kernel(filename, name), grid, (block,), args, device=device)
+    launch(get_kernel(filename, name), grid, block if isinstance(block, tuple) else (block,), args, device=device)
 
 
 def _amax_into(x: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None) -> None:
     """``out`` (and ``out2``), zero-initialised fp32, become ``max(itself, amax(x))``."""
     x = _aligned(x)
     n = x.numel()
-    _run("cast_fp8.cu", f"fp8_amax_{_SUFFIX[x.dtype]}", _grid(_ceil_div(n, 8), x.device), _THREADS,
-         (ptr(x), i64(n), i32(1), ptr(out), ptr(out2)), x.device)
+    _run("cast_fp8.cu", f"fp8_amax_{_SUFFIX[x.dtype]}", _chunk_grid(n * x.element_size() // 16, _AMAX_VECTORS),
+         _THREADS, (ptr(x), i64(n), i32(1), ptr(out), ptr(out2)), x.device)
 
 
 class QuantizeKernels:
@@ -154,23 +176,23 @@ class QuantizeKernels:
         xc = _aligned(x)
         s = scale.reshape(1).to(torch.float32).contiguous()
         scale_inv = torch.empty(1, dtype=torch.float32, device=x.device)
-        scratch = torch.zeros(1, dtype=torch.float32, device=x.device) if amax_accumulator is not None else None
         row = torch.empty(x.shape, dtype=torch.uint8, device=x.device) if rowwise else None
         col = None
         sfx = _SUFFIX[x.dtype]
+        # The kernels update the accumulator themselves (fmaxf by compare-and-swap, one per block).
         if columnwise:
             col = torch.empty((k, *x.shape[:-1]), dtype=torch.uint8, device=x.device)
             tiles = _ceil_div(m, 128) * _ceil_div(k, 128)
             vec_in, vec_row, vec_col = int(k % 8 == 0), int(k % 8 == 0), int(m % 16 == 0)
-            _run("cast_fp8.cu", f"fp8_cast_transpose_{sfx}", (tiles,), _TILE_THREADS,
+            _run("cast_fp8.cu", f"fp8_cast_transpose_{sfx}",
+                 _persistent_grid(tiles, x.device, _TILE_BLOCKS_PER_SM[x.dtype]), _TILE_THREADS,
                  (ptr(xc), i32(m), i32(k), i32(vec_in), i32(vec_row), i32(vec_col), ptr(s), i32(e5m2), ptr(row),
-                  ptr(col), ptr(scale_inv), ptr(scratch)), x.device)
+                  ptr(col), ptr(scale_inv), ptr(amax_accumulator)), x.device)
         else:
             n = xc.numel()
-            _run("cast_fp8.cu", f"fp8_cast_{sfx}", _grid(_ceil_div(n, 16), x.device), _THREADS,
-                 (ptr(xc), i64(n), i32(1), ptr(s), i32(e5m2), ptr(row), ptr(scale_inv), ptr(scratch)), x.device)
-        if amax_accumulator is not None:
-            _run("cast_fp8.cu", "fp8_amax_finalize", (1,), 32, (ptr(amax_accumulator), ptr(scratch)), x.device)
+            _run("cast_fp8.cu", f"fp8_cast_{sfx}", _chunk_grid(n * xc.element_size() // 16, _CAST_VECTORS),
+                 _THREADS, (ptr(xc), i64(n), i32(1), ptr(s), i32(e5m2), ptr(row), ptr(scale_inv),
+                            ptr(amax_accumulator)), x.device)
         return row, scale_inv, col, scale_inv
 
     def dequantize_float8(self, data, scale_inv, *, fp8_dtype, out_dtype):
@@ -181,7 +203,8 @@ class QuantizeKernels:
         si = scale_inv.reshape(1).to(torch.float32).contiguous()
         out = torch.empty(data.shape, dtype=out_dtype, device=data.device)
         n = q.numel()
-        _run("cast_fp8.cu", f"fp8_dequantize_{_SUFFIX[out_dtype]}", _grid(_ceil_div(n, 16), data.device), _THREADS,
+        vectors = n // (16 // out.element_size())  # one 16-byte store of out per vector
+        _run("cast_fp8.cu", f"fp8_dequantize_{_SUFFIX[out_dtype]}", _chunk_grid(vectors, _DEQUANT_VECTORS), _THREADS,
              (ptr(q), i64(n), i32(1), ptr(si), i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
         return out
 
@@ -196,12 +219,14 @@ class QuantizeKernels:
         dev = x.device
         u8 = dict(dtype=torch.uint8, device=dev)
         row_data = torch.empty(x.shape, **u8) if rowwise else None
-        row_scale = torch.zeros(_round_up(m, 128), _round_up(k // 32, 4), **u8) if rowwise else None
+        row_scale = _scales(_round_up(m, 128), _round_up(k // 32, 4), m, k // 32, **u8) if rowwise else None
         col_data = torch.empty(x.shape, **u8) if columnwise else None
-        col_scale = torch.zeros(_round_up(m // 32, 4), _round_up(k, 128), **u8) if columnwise else None
-        tiles = (m // 32) * _ceil_div(k, 128)
-        _run("mxfp8.cu", f"mxfp8_quantize_{_SUFFIX[x.dtype]}", (tiles,), _THREADS,
-             (ptr(xc), i32(m), i32(k), i32(e5m2), f32(_f32_from_bits(inv_fmax_bits)), i32(int(with_2d_quantization)),
+        col_scale = _scales(_round_up(m // 32, 4), _round_up(k, 128), m // 32, k, **u8) if columnwise else None
+        mode = "2d" if with_2d_quantization else "both" if rowwise and columnwise else "rows" if rowwise else "cols"
+        tiles = (m // 32) * _ceil_div(k, 256)
+        _run("mxfp8.cu", f"mxfp8_quantize_{mode}_{_SUFFIX[x.dtype]}",
+             _persistent_grid(tiles, dev, _MXFP8_BLOCKS_PER_SM[x.dtype]), _THREADS,
+             (ptr(xc), i32(m), i32(k), i32(e5m2), f32(_f32_from_bits(inv_fmax_bits)),
               ptr(row_data), ptr(row_scale), i32(row_scale.shape[1] if rowwise else 0), ptr(col_data), ptr(col_scale),
               i32(col_scale.shape[1] if columnwise else 0)), dev)
         return row_data, row_scale, col_data, col_scale
@@ -212,14 +237,19 @@ class QuantizeKernels:
         ok = (_on_cuda(data, scale_inv) and fp8_dtype in _FP8 and out_dtype in _SUFFIX and data.numel() > 0
               and data.dtype in (torch.uint8, fp8_dtype) and scale_inv.dtype == torch.uint8 and scale_inv.dim() == 2
               and scale_inv.stride(1) == 1 and k % 32 == 0 and (not columnwise or m % 32 == 0)
-              and scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1])
+              and scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1]
+              and max(m, k, scale_inv.stride(0)) < 2**31)  # the kernel indexes with 32-bit rows and columns
         if not ok:
             return super().dequantize_mxfp8(data, scale_inv, fp8_dtype=fp8_dtype, columnwise=columnwise,
                                             out_dtype=out_dtype)
         q = _aligned(data.view(torch.uint8))
         out = torch.empty(data.shape, dtype=out_dtype, device=data.device)
-        _run("mxfp8.cu", f"mxfp8_dequantize_{_SUFFIX[out_dtype]}", _grid(m * k // 16, data.device), _THREADS,
-             (ptr(q), i64(m), i64(k), ptr(scale_inv), i32(scale_inv.stride(0)), i32(int(columnwise)),
+        width = 16 // out.element_size()  # fp8 bytes per load, one 16-byte store
+        grid, block = _row_vector_blocks(m, k // width)
+        ld = scale_inv.stride(0)
+        scale_vec = int(columnwise and scale_inv.data_ptr() % width == 0 and ld % width == 0)
+        _run("mxfp8.cu", f"mxfp8_dequantize_{_SUFFIX[out_dtype]}", grid, block,
+             (ptr(q), i32(m), i32(k), ptr(scale_inv), i32(ld), i32(int(columnwise)), i32(scale_vec),
               i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
         return out
 
@@ -238,16 +268,21 @@ class QuantizeKernels:
         bm, bk = _ceil_div(m, 128), _ceil_div(k, 128)
         if two_d:
             row_scale_shape, col_scale_shape = (bm, _round_up(bk, 4)), (bk, _round_up(bm, 4))
+            row_valid, col_valid = (bm, bk), (bk, bm)
         else:
             row_scale_shape, col_scale_shape = (bk, _round_up(m, 4)), (bm, _round_up(k, 4))
+            row_valid, col_valid = (bk, m), (bm, k)
+        f32_on_dev = dict(dtype=torch.float32, device=dev)
         row_data = torch.empty(x.shape, dtype=torch.uint8, device=dev) if rowwise else None
-        row_scale = torch.zeros(row_scale_shape, dtype=torch.float32, device=dev) if rowwise else None
+        row_scale = _scales(*row_scale_shape, *row_valid, **f32_on_dev) if rowwise else None
         col_data = torch.empty((k, *x.shape[:-1]), dtype=torch.uint8, device=dev) if columnwise else None
-        col_scale = torch.zeros(col_scale_shape, dtype=torch.float32, device=dev) if columnwise else None
+        col_scale = _scales(*col_scale_shape, *col_valid, **f32_on_dev) if columnwise else None
         value_for_inf = float(torch.finfo(x.dtype).max)
-        _run("fp8_block.cu", f"fp8_block_quantize_{_SUFFIX[x.dtype]}", (bm * bk,), _TILE_THREADS,
+        mode = "2d" if two_d else "both" if rowwise and columnwise else "rows" if rowwise else "cols"
+        _run("fp8_block.cu", f"fp8_block_quantize_{mode}_{_SUFFIX[x.dtype]}",
+             _persistent_grid(bm * bk, dev, _TILE_BLOCKS_PER_SM[x.dtype]), _TILE_THREADS,
              (ptr(xc), i32(m), i32(k), i32(int(k % 8 == 0)), i32(int(k % 8 == 0)), i32(int(m % 16 == 0)), i32(e5m2),
-              f32(fmax), i32(int(force_pow_2_scales)), f32(amax_epsilon), f32(value_for_inf), i32(int(two_d)),
+              f32(fmax), i32(int(force_pow_2_scales)), f32(amax_epsilon), f32(value_for_inf),
               ptr(row_data), ptr(row_scale), i32(row_scale_shape[1]), ptr(col_data), ptr(col_scale),
               i32(col_scale_shape[1])), dev)
         return row_data, row_scale, col_data, col_scale
@@ -260,17 +295,19 @@ class QuantizeKernels:
             r = data.shape[0] if columnwise else data.numel() // data.shape[-1]
             c = data.numel() // r
             needed = (_ceil_div(r, 128), _ceil_div(c, 128)) if block_scaling_dim == 2 else (_ceil_div(c, 128), r)
-            ok = scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1]
+            ok = (scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1]
+                  and max(r, c, scale_inv.stride(0)) < 2**31)  # the kernel indexes with 32-bit rows and columns
         if not ok:
             return super().dequantize_float8_block(data, scale_inv, fp8_dtype=fp8_dtype, columnwise=columnwise,
                                                    block_scaling_dim=block_scaling_dim, out_dtype=out_dtype)
         q = _aligned(data.view(torch.uint8))
         out = torch.empty(data.shape, dtype=out_dtype, device=data.device)
-        vec = int(c % 16 == 0)
-        _run("fp8_block.cu", f"fp8_block_dequantize_{_SUFFIX[out_dtype]}",
-             _grid(r * c // 16 if vec else r * c, data.device), _THREADS,
-             (ptr(q), i64(r), i64(c), i32(vec), ptr(scale_inv), i32(scale_inv.stride(0)),
-              i32(int(block_scaling_dim == 2)), i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
+        width = 16 // out.element_size()  # fp8 bytes per load, one 16-byte store
+        vec = c % width == 0
+        grid, block = _row_vector_blocks(r, c // width if vec else c)
+        _run("fp8_block.cu", f"fp8_block_dequantize_{'' if vec else 'scalar_'}{_SUFFIX[out_dtype]}", grid, block,
+             (ptr(q), i32(r), i32(c), ptr(scale_inv), i32(scale_inv.stride(0)), i32(int(block_scaling_dim == 2)),
+              i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
         return out
 
     # --------------------------------------------------------------- NVFP4
@@ -316,8 +353,8 @@ class QuantizeKernels:
         common = (ptr(scale_inv), i32(scale_inv.stride(0)), ptr(a), i32(int(a.numel() == rows and rows > 1)),
                   f32(np.float32(1.0 / (6.0 * e4m3_max))), ptr(out))
         sfx = _SUFFIX[out_dtype]
-        if columnwise:
-            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 64)
+        if columnwise:  # tiles of 64 k x 128 m (16-bit outputs) or 64 k x 64 m (fp32)
+            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 128 if out.element_size() == 2 else 64)
             _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (tiles,), _THREADS,
                  (ptr(q), i32(rows), i32(cols), *common), dev)
         else:
@@ -327,6 +364,23 @@ class QuantizeKernels:
 
 
 # ------------------------------------------------------------------ family helpers
+def _scales(rows: int, cols: int, valid_rows: int, valid_cols: int, **kwargs: Any) -> torch.Tensor:
+    """A scale tensor the kernel fills: zero-filled only when it has padding (the kernel writes every valid
+    element, so without padding ``torch.empty`` spares a fill kernel)."""
+    alloc = torch.empty if (rows, cols) == (valid_rows, valid_cols) else torch.zeros
+    return alloc(rows, cols, **kwargs)
+
+
+def _row_vector_blocks(rows: int, vectors: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(grid, block)`` of the row-vector dequantize kernels: 256 threads as (tx, ty), tx covering the
+    ``vectors`` 16-byte vectors of a row (a power of two up to 256), each thread 4 rows of a row block
+    (``DEQ_ROWS``); row blocks past 65535 are walked by a grid-stride loop."""
+    tx = min(256, 1 << max(0, (vectors - 1).bit_length()))
+    ty = 256 // tx
+    row_blocks = _ceil_div(rows, ty * 4)
+    return (_ceil_div(vectors, tx), max(1, min(row_blocks, 65535))), (tx, ty)
+
+
 def _mxfp8_shape_ok(shape: torch.Size) -> bool:
     try:
         check_mxfp8_shape(shape)
@@ -338,33 +392,48 @@ def _mxfp8_shape_ok(shape: torch.Size) -> bool:
 def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: bool, rht: bool, sign_mask: bool,
                     random_rowwise: torch.Tensor | None, random_columnwise: torch.Tensor | None, use_4over6: bool,
                     e4m3_max: float, mse: bool) -> tuple[Any, ...]:
-    """Validated, aligned ``x`` ``(M, K)``: pass 1 (global amaxes), pass 2 (data and scales)."""
+    """Validated, aligned ``x`` ``(M, K)``: pass 1 (global amaxes, one streaming read), pass 2 (data and scales)."""
     m, k = x.shape
     dev = x.device
-    zeros = functools.partial(torch.zeros, dtype=torch.float32, device=dev)
-    row_amax = zeros(1) if rowwise else None
-    col_amax = zeros(1) if columnwise else None
+    sfx = _SUFFIX[x.dtype]
+    sms = _sm_count(dev.index or 0)
+    amaxes = torch.zeros(2, dtype=torch.float32, device=dev)  # one fill for both orientations
+    row_amax = amaxes[0:1] if rowwise else None
+    col_amax = amaxes[1:2] if columnwise else None
     if rht:  # the column-wise amax is taken over the bf16 RHT outputs
-        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (_ceil_div(m, 64) * _ceil_div(k, 256),), _THREADS,
+        tasks = (m // 16) * (k // 4)
+        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (max(1, min(_ceil_div(tasks, _THREADS), 8 * sms)),), _THREADS,
              (ptr(x), i32(m), i32(k), i32(int(sign_mask)), ptr(row_amax), ptr(col_amax)), dev)
     else:  # both orientations see the same values
-        first, second = (row_amax, col_amax) if rowwise else (col_amax, None)
-        _amax_into(x, first, second)
+        n16 = x.numel() * x.element_size() // 16  # K % 16 == 0: whole 16-byte vectors
+        _run("nvfp4.cu", f"nvfp4_amax_{sfx}", (max(1, min(_ceil_div(n16, 4 * _THREADS), 8 * sms)),), _THREADS,
+             (ptr(x), i64(n16), ptr(row_amax), ptr(col_amax)), dev)
     u8 = functools.partial(torch.empty, dtype=torch.uint8, device=dev)
     row_data = u8(m, k // 2) if rowwise else None
     col_data = u8(k, m // 2) if columnwise else None
-    row_scale = torch.zeros(nvfp4_scale_shape(m, k), dtype=torch.uint8, device=dev) if rowwise else None
-    col_scale = torch.zeros(nvfp4_scale_shape(k, m), dtype=torch.uint8, device=dev) if columnwise else None
-    tile_cols = 512 // x.element_size()
-    tiles = _ceil_div(m, 64) * _ceil_div(k, tile_cols)
-    _run("nvfp4.cu", f"nvfp4_quantize_{_SUFFIX[x.dtype]}", (tiles,), _THREADS,
+    row_scale = _nvfp4_scale_tensor(m, k, dev) if rowwise else None
+    col_scale = _nvfp4_scale_tensor(k, m, dev) if columnwise else None
+    sr = random_rowwise is not None or random_columnwise is not None
+    if use_4over6:
+        variant, per_sm = ("4o6_2d" if two_d else "4o6"), 2
+    elif rht:
+        variant, per_sm = ("sr_rht" if sr else "rht"), 2
+    else:
+        variant, per_sm = ("_".join(["2d"] * two_d + ["sr"] * sr) or "std"), 3
+    tiles = _ceil_div(m, 64) * _ceil_div(k, 256 // x.element_size())  # 64 rows x 256 bytes
+    _run("nvfp4.cu", f"nvfp4_quantize_{variant}_{sfx}", (max(1, min(tiles, per_sm * sms)),), _THREADS,
          (ptr(x), i32(m), i32(k),
           ptr(row_data), ptr(row_scale), i32(row_scale.shape[1] if rowwise else 0), ptr(row_amax), ptr(random_rowwise),
           ptr(col_data), ptr(col_scale), i32(col_scale.shape[1] if columnwise else 0), ptr(col_amax),
-          ptr(random_columnwise),
-          i32(int(two_d)), i32(int(use_4over6)), i32(int(mse)), f32(np.float32(6.0 * e4m3_max)), i32(int(rht)),
-          i32(int(sign_mask))), dev)
+          ptr(random_columnwise), i32(int(mse)), f32(np.float32(6.0 * e4m3_max)), i32(int(sign_mask))), dev)
     return row_data, row_scale, row_amax, col_data, col_scale, col_amax
+
+
+def _nvfp4_scale_tensor(rows: int, cols: int, device: torch.device) -> torch.Tensor:
+    """Scale bytes for data ``rows x cols``: the kernel writes ``[:rows, :cols/16]``; padding (if any) is zero."""
+    shape = nvfp4_scale_shape(rows, cols)
+    padded = shape != (rows, cols // 16)
+    return (torch.zeros if padded else torch.empty)(shape, dtype=torch.uint8, device=device)
 
 
 def _nvfp4_dequantize_plan(data: torch.Tensor, scale_inv: torch.Tensor, amax: Any, shape: Any, columnwise: bool,

@@ -20,8 +20,16 @@
 // V-element column vector (one 16-byte access when vectorized) and walks rows
 // with a grid-stride loop, loading the next row while it computes the current
 // one. Gated activations read halves a = x[:, :n], b = x[:, n:] of rows 2n wide.
-// Each kernel body is instantiated twice: 16-byte vectors (`vec`: n % V == 0 and
-// 16-byte aligned pointers) and single elements (any n, any alignment).
+// Each kernel body is instantiated for 16-byte vectors (`vec`: n % V == 0 and
+// 16-byte aligned pointers) and single elements (any n, any alignment), and the
+// forward also with and without a bias.
+//
+// Speed without changing a bit: 16-bit values travel as 32-bit words (two per
+// word; widening is exact, narrowing rounds two at once with the same RNE), the
+// index math is running offsets, and the sigmoid's IEEE reciprocal (see
+// sigmoid_f) is computed for a whole vector without the per-element branch the
+// compiler would emit, falling back to the compiler's own code for the vector
+// when any denominator is outside the range where both agree.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -30,6 +38,8 @@ typedef long long i64;
 
 // ------------------------------------------------------------ storage types
 // `raw` is the stored bit pattern; load() is exact, store() rounds once (RNE).
+// lo/hi widen the two 16-bit values of a 32-bit word (lo: lower address) and
+// pack2 rounds two floats into one word, each exactly as store() would.
 struct F32 {
   typedef float raw;
   static __device__ __forceinline__ float load(raw v) { return v; }
@@ -39,26 +49,92 @@ struct F16 {
   typedef unsigned short raw;
   static __device__ __forceinline__ float load(raw v) { return __half2float(__ushort_as_half(v)); }
   static __device__ __forceinline__ raw store(float v) { return __half_as_ushort(__float2half_rn(v)); }
+  static __device__ __forceinline__ float lo(unsigned w) { return load((raw)(w & 0xffffu)); }
+  static __device__ __forceinline__ float hi(unsigned w) { return load((raw)(w >> 16)); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    union {
+      __half2 h;
+      unsigned u;
+    } w;
+    w.h = __floats2half2_rn(a, b);  // .x = a (lower address), .y = b; each RNE as __float2half_rn
+    return w.u;
+  }
 };
 struct BF16 {
   typedef unsigned short raw;
   static __device__ __forceinline__ float load(raw v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
   static __device__ __forceinline__ raw store(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+  // A bf16 value is the upper half of its fp32 value.
+  static __device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    union {
+      __nv_bfloat162 h;
+      unsigned u;
+    } w;
+    w.h = __floats2bfloat162_rn(a, b);  // .x = a (lower address), .y = b; each RNE as __float2bfloat16_rn
+    return w.u;
+  }
 };
 
-template <typename R, int N>
-struct alignas(sizeof(R) * N) Pack {
-  R v[N];
+// V values of one storage type in registers between a load and their use:
+// Raw is what one memory access moves (16 bytes for the vector forms).
+template <class Tr, int V>
+struct Io {  // V == 1: one element, any alignment
+  typedef typename Tr::raw R;
+  typedef R Raw;
+  static __device__ __forceinline__ Raw load(const R* p) { return *p; }
+  static __device__ __forceinline__ void store(R* p, const Raw& v) { *p = v; }
+  static __device__ __forceinline__ void unpack(const Raw& v, float (&f)[1]) { f[0] = Tr::load(v); }
+  static __device__ __forceinline__ Raw pack(const float (&f)[1]) { return Tr::store(f[0]); }
 };
 
-template <int N, typename R>
-__device__ __forceinline__ Pack<R, N> load_pack(const R* p) {
-  return *reinterpret_cast<const Pack<R, N>*>(p);
-}
+template <>
+struct Io<F32, 4> {
+  typedef float R;
+  typedef float4 Raw;
+  static __device__ __forceinline__ Raw load(const R* p) { return *reinterpret_cast<const float4*>(p); }
+  static __device__ __forceinline__ void store(R* p, const Raw& v) { *reinterpret_cast<float4*>(p) = v; }
+  static __device__ __forceinline__ void unpack(const Raw& v, float (&f)[4]) {
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  }
+  static __device__ __forceinline__ Raw pack(const float (&f)[4]) { return make_float4(f[0], f[1], f[2], f[3]); }
+};
 
-template <int N, typename R>
-__device__ __forceinline__ void store_pack(R* p, const Pack<R, N>& v) {
-  *reinterpret_cast<Pack<R, N>*>(p) = v;
+template <class Tr>
+struct Io16x8 {  // eight 16-bit values as four 32-bit words
+  typedef typename Tr::raw R;
+  typedef uint4 Raw;
+  static __device__ __forceinline__ Raw load(const R* p) { return *reinterpret_cast<const uint4*>(p); }
+  static __device__ __forceinline__ void store(R* p, const Raw& v) { *reinterpret_cast<uint4*>(p) = v; }
+  static __device__ __forceinline__ void unpack(const Raw& v, float (&f)[8]) {
+    f[0] = Tr::lo(v.x);
+    f[1] = Tr::hi(v.x);
+    f[2] = Tr::lo(v.y);
+    f[3] = Tr::hi(v.y);
+    f[4] = Tr::lo(v.z);
+    f[5] = Tr::hi(v.z);
+    f[6] = Tr::lo(v.w);
+    f[7] = Tr::hi(v.w);
+  }
+  static __device__ __forceinline__ Raw pack(const float (&f)[8]) {
+    return make_uint4(Tr::pack2(f[0], f[1]), Tr::pack2(f[2], f[3]), Tr::pack2(f[4], f[5]), Tr::pack2(f[6], f[7]));
+  }
+};
+template <>
+struct Io<F16, 8> : Io16x8<F16> {};
+template <>
+struct Io<BF16, 8> : Io16x8<BF16> {};
+
+// Round each value to the storage dtype and back (the reference's .to(dtype) of an intermediate).
+template <class Tr, int V>
+__device__ __forceinline__ typename Io<Tr, V>::Raw round_trip(float (&f)[V]) {
+  const typename Io<Tr, V>::Raw r = Io<Tr, V>::pack(f);
+  Io<Tr, V>::unpack(r, f);
+  return r;
 }
 
 // ------------------------------------------------------------ fp32 helpers
@@ -66,8 +142,6 @@ __device__ __forceinline__ void store_pack(R* p, const Pack<R, N>& v) {
 __device__ __forceinline__ float mul(float a, float b) { return __fmul_rn(a, b); }
 __device__ __forceinline__ float add(float a, float b) { return __fadd_rn(a, b); }
 __device__ __forceinline__ float sub(float a, float b) { return __fsub_rn(a, b); }
-// torch.sigmoid's CUDA kernel body, verbatim (see the file comment about FMA contraction).
-__device__ __forceinline__ float sigmoid_f(float v) { return 1.0f / (1.0f + expf(-v)); }
 // torch.clamp_min / clamp_max / clamp with scalars: NaN passes through, else fmaxf / fminf.
 __device__ __forceinline__ float clamp_min_f(float v, float lo) { return v != v ? v : fmaxf(v, lo); }
 __device__ __forceinline__ float clamp_max_f(float v, float hi) { return v != v ? v : fminf(v, hi); }
@@ -85,85 +159,117 @@ struct Params {
   float p0, p1, p2, p3;
 };
 
+// The sigmoid, torch.sigmoid's CUDA kernel body 1 / (1 + exp(-v)) (see the file
+// comment about FMA contraction), is taken for a whole vector at once (sigmoids
+// below) and handed to the activation functions as `s`. The quotient is IEEE
+// (correctly rounded): ptxas implements 1 / d as MUFU.RCP and one Newton step,
+// r0 + r0 * -(d * r0 - 1) with two FMAs, for a d whose biased exponent is in
+// [1, 252] (|d| in [2^-126, 2^126)), and as a subroutine call for the rest, with
+// a branch per element that keeps the compiler from interleaving elements.
+// rcp_fast is that same sequence, used when every d of the vector is in that
+// range (so it gives the same bits); otherwise the vector takes 1 / d as written.
+// d = 1 + expf(-v) is >= 1 or NaN (expf is >= 0 or NaN), so |d| >= 2^-126 needs no test;
+// `d < 2^126` is false for NaN and inf.
+__device__ __forceinline__ float sigmoid_denominator(float v) { return 1.0f + expf(-v); }
+__device__ __forceinline__ bool rcp_fast_ok(float d) { return d < 0x1p126f; }
+__device__ __forceinline__ float rcp_fast(float d) {
+  float r0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(d));
+  const float e = __fmaf_rn(d, r0, -1.0f);
+  return __fmaf_rn(r0, -e, r0);
+}
+
 // ------------------------------------------------------- unary activations
-// f(x) and f'(x), each the reference's op sequence (given in the comments).
-struct Identity {
-  static __device__ __forceinline__ float f(float x, const Params&) { return x; }
-  static __device__ __forceinline__ float df(float, const Params&) { return 1.0f; }
+// f(x, s) and f'(x, s), each the reference's op sequence (given in the comments);
+// s = sigmoid(arg(x)) for the activations built on a sigmoid (SIGMOID), unused otherwise.
+struct NoSigmoid {
+  static constexpr bool SIGMOID = false;
+  static __device__ __forceinline__ float arg(float, const Params&) { return 0.0f; }
 };
 
-struct Gelu {  // 0.5 * x * (1.0 + tanh(K * (x + c * x * x * x)))
+struct Identity : NoSigmoid {
+  static __device__ __forceinline__ float f(float x, float, const Params&) { return x; }
+  static __device__ __forceinline__ float df(float, float, const Params&) { return 1.0f; }
+};
+
+struct Gelu : NoSigmoid {  // 0.5 * x * (1.0 + tanh(K * (x + c * x * x * x)))
   static __device__ __forceinline__ float inner(float x) {
     return mul(SQRT_2_OVER_PI, add(x, mul(mul(mul(GELU_CUBIC, x), x), x)));
   }
-  static __device__ __forceinline__ float f(float x, const Params&) {
+  static __device__ __forceinline__ float f(float x, float, const Params&) {
     return mul(mul(0.5f, x), add(1.0f, tanhf(inner(x))));
   }
   // 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (K * (1.0 + 3.0 * c * x * x))
-  static __device__ __forceinline__ float df(float x, const Params&) {
+  static __device__ __forceinline__ float df(float x, float, const Params&) {
     const float t = tanhf(inner(x));
     const float dinner = mul(SQRT_2_OVER_PI, add(1.0f, mul(mul(GELU_CUBIC_X3, x), x)));
     return add(mul(0.5f, add(1.0f, t)), mul(mul(mul(0.5f, x), sub(1.0f, mul(t, t))), dinner));
   }
 };
 
-struct QGelu {  // x * sigmoid(1.702 * x); derivative s + 1.702 * x * s * (1.0 - s)
-  static __device__ __forceinline__ float f(float x, const Params&) { return mul(x, sigmoid_f(mul(QGELU_ALPHA, x))); }
-  static __device__ __forceinline__ float df(float x, const Params&) {
-    const float s = sigmoid_f(mul(QGELU_ALPHA, x));
+struct QGelu {  // x * s, s = sigmoid(1.702 * x); derivative s + 1.702 * x * s * (1.0 - s)
+  static constexpr bool SIGMOID = true;
+  static __device__ __forceinline__ float arg(float x, const Params&) { return mul(QGELU_ALPHA, x); }
+  static __device__ __forceinline__ float f(float x, float s, const Params&) { return mul(x, s); }
+  static __device__ __forceinline__ float df(float x, float s, const Params&) {
     return add(s, mul(mul(mul(QGELU_ALPHA, x), s), sub(1.0f, s)));
   }
 };
 
-struct Relu {  // clamp_min(x, 0); derivative (x > 0)
-  static __device__ __forceinline__ float f(float x, const Params&) { return clamp_min_f(x, 0.0f); }
-  static __device__ __forceinline__ float df(float x, const Params&) { return x > 0.0f ? 1.0f : 0.0f; }
+struct Relu : NoSigmoid {  // clamp_min(x, 0); derivative (x > 0)
+  static __device__ __forceinline__ float f(float x, float, const Params&) { return clamp_min_f(x, 0.0f); }
+  static __device__ __forceinline__ float df(float x, float, const Params&) { return x > 0.0f ? 1.0f : 0.0f; }
 };
 
-struct SRelu {  // r * r with r = clamp_min(x, 0); derivative 2.0 * r
-  static __device__ __forceinline__ float f(float x, const Params&) {
+struct SRelu : NoSigmoid {  // r * r with r = clamp_min(x, 0); derivative 2.0 * r
+  static __device__ __forceinline__ float f(float x, float, const Params&) {
     const float r = clamp_min_f(x, 0.0f);
     return mul(r, r);
   }
-  static __device__ __forceinline__ float df(float x, const Params&) { return mul(2.0f, clamp_min_f(x, 0.0f)); }
+  static __device__ __forceinline__ float df(float x, float, const Params&) {
+    return mul(2.0f, clamp_min_f(x, 0.0f));
+  }
 };
 
-struct Silu {  // x * sigmoid(x); derivative s + x * s * (1.0 - s)
-  static __device__ __forceinline__ float f(float x, const Params&) { return mul(x, sigmoid_f(x)); }
-  static __device__ __forceinline__ float df(float x, const Params&) {
-    const float s = sigmoid_f(x);
+struct Silu {  // x * s, s = sigmoid(x); derivative s + x * s * (1.0 - s)
+  static constexpr bool SIGMOID = true;
+  static __device__ __forceinline__ float arg(float x, const Params&) { return x; }
+  static __device__ __forceinline__ float f(float x, float s, const Params&) { return mul(x, s); }
+  static __device__ __forceinline__ float df(float x, float s, const Params&) {
     return add(s, mul(mul(x, s), sub(1.0f, s)));
   }
 };
 
-struct Sigmoid {  // sigmoid(x); derivative s * (1.0 - s)
-  static __device__ __forceinline__ float f(float x, const Params&) { return sigmoid_f(x); }
-  static __device__ __forceinline__ float df(float x, const Params&) {
-    const float s = sigmoid_f(x);
-    return mul(s, sub(1.0f, s));
-  }
+struct Sigmoid {  // s = sigmoid(x); derivative s * (1.0 - s)
+  static constexpr bool SIGMOID = true;
+  static __device__ __forceinline__ float arg(float x, const Params&) { return x; }
+  static __device__ __forceinline__ float f(float, float s, const Params&) { return s; }
+  static __device__ __forceinline__ float df(float, float s, const Params&) { return mul(s, sub(1.0f, s)); }
 };
 
 // -------------------------------------------------------- gated activations
-// y = gate(a) * lin(b); da = dy * gate'(a) * lin(b); db = dy * gate(a) * lin'(b).
+// y = gate(a) * lin(b); da = dy * gate'(a) * lin(b); db = dy * gate(a) * lin'(b);
+// s = sigmoid(arg(a)) as for the unary activations.
 template <class U>
 struct GatedFromUnary {  // gate = U, lin = identity (b itself, derivative ones)
-  static __device__ __forceinline__ float gate(float a, const Params& p) { return U::f(a, p); }
-  static __device__ __forceinline__ float gate_d(float a, const Params& p) { return U::df(a, p); }
+  static constexpr bool SIGMOID = U::SIGMOID;
+  static __device__ __forceinline__ float arg(float a, const Params& p) { return U::arg(a, p); }
+  static __device__ __forceinline__ float gate(float a, float s, const Params& p) { return U::f(a, s, p); }
+  static __device__ __forceinline__ float gate_d(float a, float s, const Params& p) { return U::df(a, s, p); }
   static __device__ __forceinline__ float lin(float b, const Params&) { return b; }
   static __device__ __forceinline__ float lin_d(float, const Params&) { return 1.0f; }
 };
 
 struct ClampedSwiglu {  // p0 = limit, p1 = alpha, p2 = glu_linear_offset
-  // ac * sigmoid(alpha * ac), ac = clamp_max(a, limit)
-  static __device__ __forceinline__ float gate(float a, const Params& p) {
-    const float ac = clamp_max_f(a, p.p0);
-    return mul(ac, sigmoid_f(mul(p.p1, ac)));
+  static constexpr bool SIGMOID = true;
+  // s = sigmoid(alpha * ac), ac = clamp_max(a, limit); gate = ac * s
+  static __device__ __forceinline__ float arg(float a, const Params& p) { return mul(p.p1, clamp_max_f(a, p.p0)); }
+  static __device__ __forceinline__ float gate(float a, float s, const Params& p) {
+    return mul(clamp_max_f(a, p.p0), s);
   }
   // where(a <= limit, s + alpha * ac * s * (1.0 - s), 0)
-  static __device__ __forceinline__ float gate_d(float a, const Params& p) {
+  static __device__ __forceinline__ float gate_d(float a, float s, const Params& p) {
     const float ac = clamp_max_f(a, p.p0);
-    const float s = sigmoid_f(mul(p.p1, ac));
     const float d = add(s, mul(mul(mul(p.p1, ac), s), sub(1.0f, s)));
     return a <= p.p0 ? d : 0.0f;
   }
@@ -175,14 +281,15 @@ struct ClampedSwiglu {  // p0 = limit, p1 = alpha, p2 = glu_linear_offset
 };
 
 struct SituGlu {  // p0 = beta1, p1 = fl(1/beta1), p2 = beta2, p3 = fl(1/beta2)
-  // beta1 * tanh(a / beta1) * sigmoid(a)
-  static __device__ __forceinline__ float gate(float a, const Params& p) {
-    return mul(mul(p.p0, tanhf(mul(a, p.p1))), sigmoid_f(a));
+  static constexpr bool SIGMOID = true;
+  // beta1 * tanh(a / beta1) * s, s = sigmoid(a)
+  static __device__ __forceinline__ float arg(float a, const Params&) { return a; }
+  static __device__ __forceinline__ float gate(float a, float s, const Params& p) {
+    return mul(mul(p.p0, tanhf(mul(a, p.p1))), s);
   }
   // (1.0 - t * t) * s + beta1 * t * s * (1.0 - s)
-  static __device__ __forceinline__ float gate_d(float a, const Params& p) {
+  static __device__ __forceinline__ float gate_d(float a, float s, const Params& p) {
     const float t = tanhf(mul(a, p.p1));
-    const float s = sigmoid_f(a);
     return add(mul(sub(1.0f, mul(t, t)), s), mul(mul(mul(p.p0, t), s), sub(1.0f, s)));
   }
   // beta2 * tanh(b / beta2); derivative 1.0 - t * t
@@ -199,77 +306,160 @@ struct Apply;
 
 template <class A>
 struct Apply<A, false> {
-  static __device__ __forceinline__ float fwd(float a, float, const Params& p) { return A::f(a, p); }
-  static __device__ __forceinline__ float bwd_a(float dy, float a, float, const Params& p) {
-    return mul(dy, A::df(a, p));
+  static __device__ __forceinline__ float fwd(float a, float, float s, const Params& p) { return A::f(a, s, p); }
+  static __device__ __forceinline__ float bwd_a(float dy, float a, float, float s, const Params& p) {
+    return mul(dy, A::df(a, s, p));
   }
-  static __device__ __forceinline__ float bwd_b(float, float, float, const Params&) { return 0.0f; }
+  static __device__ __forceinline__ float bwd_b(float, float, float, float, const Params&) { return 0.0f; }
 };
 
 template <class A>
 struct Apply<A, true> {
-  static __device__ __forceinline__ float fwd(float a, float b, const Params& p) {
-    return mul(A::gate(a, p), A::lin(b, p));
+  static __device__ __forceinline__ float fwd(float a, float b, float s, const Params& p) {
+    return mul(A::gate(a, s, p), A::lin(b, p));
   }
-  static __device__ __forceinline__ float bwd_a(float dy, float a, float b, const Params& p) {
-    return mul(mul(dy, A::gate_d(a, p)), A::lin(b, p));
+  static __device__ __forceinline__ float bwd_a(float dy, float a, float b, float s, const Params& p) {
+    return mul(mul(dy, A::gate_d(a, s, p)), A::lin(b, p));
   }
-  static __device__ __forceinline__ float bwd_b(float dy, float a, float b, const Params& p) {
-    return mul(mul(dy, A::gate(a, p)), A::lin_d(b, p));
+  static __device__ __forceinline__ float bwd_b(float dy, float a, float b, float s, const Params& p) {
+    return mul(mul(dy, A::gate(a, s, p)), A::lin_d(b, p));
   }
 };
 
+// s[k] = sigmoid(A::arg(a[k])) for a vector (see rcp_fast); zeros when A has no sigmoid.
+template <class A, int V>
+__device__ __forceinline__ void sigmoids(const float (&a)[V], const Params& p, float (&s)[V]) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) s[k] = 0.0f;
+  if (!A::SIGMOID) return;
+  float d[V];
+  bool fast = true;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    d[k] = sigmoid_denominator(A::arg(a[k], p));
+    fast = fast & rcp_fast_ok(d[k]);
+  }
+  if (fast) {
+#pragma unroll
+    for (int k = 0; k < V; ++k) s[k] = rcp_fast(d[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < V; ++k) s[k] = 1.0f / d[k];
+  }
+}
+
+// y[k] = act(a[k], b[k]) for a vector.
+template <class A, bool GATED, int V>
+__device__ __forceinline__ void act_forward(const float (&a)[V], const float (&b)[V], const Params& p,
+                                            float (&y)[V]) {
+  float s[V];
+  sigmoids<A, V>(a, p, s);
+#pragma unroll
+  for (int k = 0; k < V; ++k) y[k] = Apply<A, GATED>::fwd(a[k], b[k], s[k], p);
+}
+
+// da[k], db[k] (db only when gated, zeros otherwise) for a vector.
+template <class A, bool GATED, int V>
+__device__ __forceinline__ void act_backward(const float (&g)[V], const float (&a)[V], const float (&b)[V],
+                                             const Params& p, float (&da)[V], float (&db)[V]) {
+  float s[V];
+  sigmoids<A, V>(a, p, s);
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    da[k] = Apply<A, GATED>::bwd_a(g[k], a[k], b[k], s[k], p);
+    db[k] = GATED ? Apply<A, GATED>::bwd_b(g[k], a[k], b[k], s[k], p) : 0.0f;
+  }
+}
+
 // ------------------------------------------------------------------ forward
+// Rows r0, r0 + step, r0 + 2 step, ... < rows of one column vector: `row(buf)` computes
+// a row from its loaded inputs `buf` while the loads of the next row are in flight
+// (two buffers used in turn, so nothing is copied between iterations). `load()` and
+// `row()` are called once per row, in row order, and keep their own running pointers.
+template <class Buf, class Load, class Row>
+__device__ __forceinline__ void walk_rows(i64 r, i64 rows, i64 step, Load& load, Row& row) {
+  Buf b0 = load(), b1;
+  while (true) {
+    bool more = r + step < rows;
+    if (more) b1 = load();
+    row(b0);
+    if (!more) return;
+    r += step;
+    more = r + step < rows;
+    if (more) b0 = load();
+    row(b1);
+    if (!more) return;
+    r += step;
+  }
+}
+
+template <class Raw>
+struct Two {  // the two halves of a gated row (b unused otherwise)
+  Raw a, b;
+};
+template <class Raw>
+struct Three {  // dy and the two halves of x
+  Raw g, a, b;
+};
+
 // y[r, c] = act(pre) with pre = RN(x + bias) (also written to `pre` when given).
-// Without a bias, pre = RN(x + (-0.0)) = x exactly, so one code path serves both.
+// Without a bias pre is x itself (the reference applies the activation to x).
 // Unary: x, pre, y are rows x n. Gated: x and pre are rows x 2n, y is rows x n.
-template <class A, class Tr, int V, bool GATED>
+template <class A, class Tr, int V, bool GATED, bool BIAS>
 __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict__ x,
                                              const typename Tr::raw* __restrict__ bias,
                                              typename Tr::raw* __restrict__ pre, typename Tr::raw* __restrict__ y,
                                              i64 rows, i64 n, const Params& p) {
-  typedef typename Tr::raw R;
+  typedef Io<Tr, V> io;
+  typedef typename io::Raw Raw;
   const i64 col = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * V;
-  i64 r = (i64)blockIdx.y * blockDim.y + threadIdx.y;
-  if (col >= n || r >= rows) return;
+  const i64 r0 = (i64)blockIdx.y * blockDim.y + threadIdx.y;
+  if (col >= n || r0 >= rows) return;
   const i64 in_width = GATED ? 2 * n : n;
   float bias_a[V], bias_b[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) bias_a[k] = bias_b[k] = -0.0f;
-  if (bias != nullptr) {
-    const Pack<R, V> ba = load_pack<V>(bias + col);
-#pragma unroll
-    for (int k = 0; k < V; ++k) bias_a[k] = Tr::load(ba.v[k]);
-    if (GATED) {
-      const Pack<R, V> bb = load_pack<V>(bias + n + col);
-#pragma unroll
-      for (int k = 0; k < V; ++k) bias_b[k] = Tr::load(bb.v[k]);
-    }
+  if (BIAS) {
+    io::unpack(io::load(bias + col), bias_a);
+    if (GATED) io::unpack(io::load(bias + n + col), bias_b);
   }
+  const bool write_pre = BIAS && pre != nullptr;
   const i64 step = (i64)gridDim.y * blockDim.y;
-  Pack<R, V> next_a = load_pack<V>(x + r * in_width + col), next_b;
-  if (GATED) next_b = load_pack<V>(x + r * in_width + n + col);
-  for (; r < rows; r += step) {
-    const Pack<R, V> in_a = next_a, in_b = next_b;
-    if (r + step < rows) {
-      next_a = load_pack<V>(x + (r + step) * in_width + col);
-      if (GATED) next_b = load_pack<V>(x + (r + step) * in_width + n + col);
-    }
-    Pack<R, V> out, pre_a, pre_b;
+  const i64 in_step = step * in_width, out_step = step * n;
+  // Running pointers: the next row to load (x), to write (y, pre).
+  const typename Tr::raw* xp = x + r0 * in_width + col;
+  typename Tr::raw* yp = y + r0 * n + col;
+  typename Tr::raw* pp = write_pre ? pre + r0 * in_width + col : nullptr;
+  auto load = [&]() {
+    Two<Raw> t;
+    t.a = io::load(xp);
+    if (GATED) t.b = io::load(xp + n);
+    xp += in_step;
+    return t;
+  };
+  auto row = [&](const Two<Raw>& t) {
+    float a[V], b[V] = {}, out[V];
+    io::unpack(t.a, a);
+    if (GATED) io::unpack(t.b, b);
+    if (BIAS) {
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      pre_a.v[k] = Tr::store(add(Tr::load(in_a.v[k]), bias_a[k]));
-      if (GATED) pre_b.v[k] = Tr::store(add(Tr::load(in_b.v[k]), bias_b[k]));
-      const float a = Tr::load(pre_a.v[k]);
-      const float b = GATED ? Tr::load(pre_b.v[k]) : 0.0f;
-      out.v[k] = Tr::store(Apply<A, GATED>::fwd(a, b, p));
+      for (int k = 0; k < V; ++k) a[k] = add(a[k], bias_a[k]);
+      const Raw pre_a = round_trip<Tr, V>(a);
+      Raw pre_b;
+      if (GATED) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) b[k] = add(b[k], bias_b[k]);
+        pre_b = round_trip<Tr, V>(b);
+      }
+      if (write_pre) {
+        io::store(pp, pre_a);
+        if (GATED) io::store(pp + n, pre_b);
+        pp += in_step;
+      }
     }
-    if (pre != nullptr) {
-      store_pack<V>(pre + r * in_width + col, pre_a);
-      if (GATED) store_pack<V>(pre + r * in_width + n + col, pre_b);
-    }
-    store_pack<V>(y + r * n + col, out);
-  }
+    act_forward<A, GATED, V>(a, b, p, out);
+    io::store(yp, io::pack(out));
+    yp += out_step;
+  };
+  walk_rows<Two<Raw>>(r0, rows, step, load, row);
 }
 
 // Per-block column sums of `acc` (V values per thread, one set per half) reduced
@@ -322,74 +512,120 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
                                               const typename Tr::raw* __restrict__ x,
                                               typename Tr::raw* __restrict__ dx, float* __restrict__ partial,
                                               i64 rows, i64 n, const Params& p) {
-  typedef typename Tr::raw R;
+  typedef Io<Tr, V> io;
+  typedef typename io::Raw Raw;
   const i64 col = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * V;
   const i64 in_width = GATED ? 2 * n : n;
-  const i64 step = (i64)gridDim.y * blockDim.y;
-  i64 r = (i64)blockIdx.y * blockDim.y + threadIdx.y;
+  const i64 r0 = (i64)blockIdx.y * blockDim.y + threadIdx.y;
   float acc_a[V], acc_b[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) acc_a[k] = acc_b[k] = 0.0f;
-  if (col < n && r < rows) {
-    Pack<R, V> next_dy = load_pack<V>(dy + r * n + col), next_a = load_pack<V>(x + r * in_width + col), next_b;
-    if (GATED) next_b = load_pack<V>(x + r * in_width + n + col);
-    for (; r < rows; r += step) {
-      const Pack<R, V> in_dy = next_dy, in_a = next_a, in_b = next_b;
-      if (r + step < rows) {
-        next_dy = load_pack<V>(dy + (r + step) * n + col);
-        next_a = load_pack<V>(x + (r + step) * in_width + col);
-        if (GATED) next_b = load_pack<V>(x + (r + step) * in_width + n + col);
-      }
-      Pack<R, V> out_a, out_b;
+  const bool sums = partial != nullptr;
+  if (col < n && r0 < rows) {
+    const i64 step = (i64)gridDim.y * blockDim.y;
+    const i64 x_step = step * in_width, dy_step = step * n;
+    // Running pointers: the next row to load (dy, x) and to write (dx).
+    const typename Tr::raw* gp = dy + r0 * n + col;
+    const typename Tr::raw* xp = x + r0 * in_width + col;
+    typename Tr::raw* dp = dx + r0 * in_width + col;
+    auto load = [&]() {
+      Three<Raw> t;
+      t.g = io::load(gp);
+      t.a = io::load(xp);
+      if (GATED) t.b = io::load(xp + n);
+      gp += dy_step;
+      xp += x_step;
+      return t;
+    };
+    auto row = [&](const Three<Raw>& t) {
+      float g[V], a[V], b[V] = {}, da[V], db[V];
+      io::unpack(t.g, g);
+      io::unpack(t.a, a);
+      if (GATED) io::unpack(t.b, b);
+      act_backward<A, GATED, V>(g, a, b, p, da, db);
+      io::store(dp, round_trip<Tr, V>(da));
+      if (GATED) io::store(dp + n, round_trip<Tr, V>(db));
+      dp += x_step;
+      if (sums) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const float g = Tr::load(in_dy.v[k]);
-        const float a = Tr::load(in_a.v[k]);
-        const float b = GATED ? Tr::load(in_b.v[k]) : 0.0f;
-        out_a.v[k] = Tr::store(Apply<A, GATED>::bwd_a(g, a, b, p));
-        acc_a[k] += Tr::load(out_a.v[k]);
-        if (GATED) {
-          out_b.v[k] = Tr::store(Apply<A, GATED>::bwd_b(g, a, b, p));
-          acc_b[k] += Tr::load(out_b.v[k]);
+        for (int k = 0; k < V; ++k) {
+          acc_a[k] += da[k];
+          if (GATED) acc_b[k] += db[k];
         }
       }
-      store_pack<V>(dx + r * in_width + col, out_a);
-      if (GATED) store_pack<V>(dx + r * in_width + n + col, out_b);
-    }
+    };
+    walk_rows<Three<Raw>>(r0, rows, step, load, row);
   }
-  if (partial != nullptr) write_column_partials<V, GATED>(acc_a, acc_b, partial, col, n);
+  if (sums) write_column_partials<V, GATED>(acc_a, acc_b, partial, col, n);
 }
 
 // --------------------------------------------------------------------- dbias
-// Per-block column sums of g (rows x n) into partial[blockIdx.y, :].
+// Per-block column sums of g (rows x n) into partial[blockIdx.y, :]: each thread
+// sums its column vector over rows r, r + step, ..., four independent loads at a time.
 template <class Tr, int V>
 __device__ __forceinline__ void column_partials_body(const typename Tr::raw* __restrict__ g,
                                                      float* __restrict__ partial, i64 rows, i64 n) {
-  typedef typename Tr::raw R;
+  typedef Io<Tr, V> io;
+  typedef typename io::Raw Raw;
   const i64 col = ((i64)blockIdx.x * blockDim.x + threadIdx.x) * V;
   const i64 step = (i64)gridDim.y * blockDim.y;
   float acc[V], unused[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) acc[k] = unused[k] = 0.0f;
   if (col < n) {
-    for (i64 r = (i64)blockIdx.y * blockDim.y + threadIdx.y; r < rows; r += step) {
-      const Pack<R, V> in = load_pack<V>(g + r * n + col);
+    const i64 off_step = step * n;
+    i64 r = (i64)blockIdx.y * blockDim.y + threadIdx.y;
+    i64 off = r * n + col;
+    for (; r + 3 * step < rows; r += 4 * step, off += 4 * off_step) {
+      Raw in[4];
 #pragma unroll
-      for (int k = 0; k < V; ++k) acc[k] += Tr::load(in.v[k]);
+      for (int u = 0; u < 4; ++u) in[u] = io::load(g + off + u * off_step);
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        float f[V];
+        io::unpack(in[u], f);
+#pragma unroll
+        for (int k = 0; k < V; ++k) acc[k] += f[k];
+      }
+    }
+    for (; r < rows; r += step, off += off_step) {
+      float f[V];
+      io::unpack(io::load(g + off), f);
+#pragma unroll
+      for (int k = 0; k < V; ++k) acc[k] += f[k];
     }
   }
   write_column_partials<V, false>(acc, unused, partial, col, n);
 }
 
-// out[c] = sum over the `parts` rows of partial[:, c], in fp32, rounded once.
+// out[c] = sum over the `parts` rows of partial[:, c], in fp32, rounded once. A block
+// is 32 columns x FINALIZE_STRIPES threads: stripe t sums parts t, t + STRIPES, ...
+// (independent loads), then the stripes' sums are added in stripe order.
+#define FINALIZE_STRIPES 16
 template <class Tr>
 __device__ __forceinline__ void column_finalize_body(const float* __restrict__ partial, i64 parts, i64 width,
                                                      typename Tr::raw* __restrict__ out) {
-  const i64 col = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (col >= width) return;
+  __shared__ float stripe_sum[FINALIZE_STRIPES][33];
+  const i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
   float s = 0.0f;
-  for (i64 j = 0; j < parts; ++j) s += partial[j * width + col];
-  out[col] = Tr::store(s);
+  if (col < width) {
+    i64 j = threadIdx.y;
+    for (; j + 3 * FINALIZE_STRIPES < parts; j += 4 * FINALIZE_STRIPES) {
+      float v[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) v[u] = partial[(j + u * FINALIZE_STRIPES) * width + col];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) s += v[u];
+    }
+    for (; j < parts; j += FINALIZE_STRIPES) s += partial[j * width + col];
+  }
+  stripe_sum[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y != 0 || col >= width) return;
+  float total = 0.0f;
+#pragma unroll
+  for (int t = 0; t < FINALIZE_STRIPES; ++t) total += stripe_sum[t][threadIdx.x];
+  out[col] = Tr::store(total);
 }
 
 // ------------------------------------------------------------- entry points
@@ -402,10 +638,17 @@ __device__ __forceinline__ void column_finalize_body(const float* __restrict__ p
                                 TR::raw* __restrict__ pre, TR::raw* __restrict__ y, i64 rows, i64 n, int vec,    \
                                 float p0, float p1, float p2, float p3) {                                        \
     const Params p = {p0, p1, p2, p3};                                                                           \
-    if (vec)                                                                                                     \
-      forward_body<ACT, TR, V, GATED>(x, bias, pre, y, rows, n, p);                                              \
-    else                                                                                                         \
-      forward_body<ACT, TR, 1, GATED>(x, bias, pre, y, rows, n, p);                                              \
+    if (bias != nullptr) {                                                                                       \
+      if (vec)                                                                                                   \
+        forward_body<ACT, TR, V, GATED, true>(x, bias, pre, y, rows, n, p);                                      \
+      else                                                                                                       \
+        forward_body<ACT, TR, 1, GATED, true>(x, bias, pre, y, rows, n, p);                                      \
+    } else {                                                                                                     \
+      if (vec)                                                                                                   \
+        forward_body<ACT, TR, V, GATED, false>(x, bias, pre, y, rows, n, p);                                     \
+      else                                                                                                       \
+        forward_body<ACT, TR, 1, GATED, false>(x, bias, pre, y, rows, n, p);                                     \
+    }                                                                                                            \
   }                                                                                                              \
   extern "C" __global__ void __launch_bounds__(256)                                                              \
       act_bwd_##NAME##_##SUFFIX(const TR::raw* __restrict__ dy, const TR::raw* __restrict__ x,                   \
@@ -478,7 +721,8 @@ DEFINE_ACTIVATION(clamped_swiglu, ClampedSwiglu, true)
 DEFINE_ACTIVATION(situglu, SituGlu, true)
 #endif
 
-// dbias_partial_<dtype>(g, partial, rows, n, vec); dbias_finalize_<dtype>(partial, parts, width, out)
+// dbias_partial_<dtype>(g, partial, rows, n, vec): grid (column blocks, row blocks), any block shape.
+// dbias_finalize_<dtype>(partial, parts, width, out): grid (ceil(width / 32)), block (32, FINALIZE_STRIPES).
 #define DEFINE_DBIAS(SUFFIX, TR, V)                                                                              \
   extern "C" __global__ void __launch_bounds__(256)                                                              \
       dbias_partial_##SUFFIX(const TR::raw* __restrict__ g, float* __restrict__ partial, i64 rows, i64 n,        \
@@ -488,7 +732,7 @@ DEFINE_ACTIVATION(situglu, SituGlu, true)
     else                                                                                                         \
       column_partials_body<TR, 1>(g, partial, rows, n);                                                          \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(256)                                                              \
+  extern "C" __global__ void __launch_bounds__(32 * FINALIZE_STRIPES)                                            \
       dbias_finalize_##SUFFIX(const float* __restrict__ partial, i64 parts, i64 width, TR::raw* __restrict__ out) { \
     column_finalize_body<TR>(partial, parts, width, out);                                                        \
   }

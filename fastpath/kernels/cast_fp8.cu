@@ -5,15 +5,24 @@
 //   q         = Q_F(RN(float(x) * scale)), Q_F = __nv_cvt_float_to_fp8(.., __NV_SATFINITE, F)
 //               (equal to the reference's clamp-to-±max-then-cast);
 //   scale_inv = RN(1 / scale), computed like the reference: reciprocal in double, rounded once to fp32;
-//   dequant   = out_dtype(RN(float(q) * scale_inv)).
+//   dequant   = out_dtype(RN(float(q) * scale_inv));
+//   amax_accumulator (delayed scaling) = fmaxf(accumulator, amax).
 // Every fp32 operation is one IEEE RN step that keeps subnormals (the f32_* inline-PTX helpers below).
 //
+// Memory-bound layout. Flat kernels (amax, cast, dequantize) give each block of FLAT_THREADS threads
+// whole "chunks" of FLAT_THREADS * UNROLL vectors; thread t takes vectors t, t + FLAT_THREADS, ... of a
+// chunk, issues all its loads before using any (UNROLL accesses in flight per thread), and every load
+// and store instruction of a warp covers one contiguous span (no half-used sectors). Grids are large
+// (one chunk or a few per block), like torch's own element-wise kernels.
+//
 // Kernels (suffix _f32/_f16/_bf16 = input or output element type):
-//   fp8_amax_*            grid-stride, 8 elements (16 B of bf16) per thread and step, block max, atomicMax
-//   fp8_cast_*            flat row-wise cast, 8 elements per thread and step; optional amax of x
-//   fp8_cast_transpose_*  128x128 tiles, 512 threads: row-wise bytes and the transposed (K, M) copy
-//   fp8_amax_finalize     accumulator = fmaxf(accumulator, amax)  (delayed-scaling amax recording)
-//   fp8_dequantize_*      flat, 16 bytes in per thread and step
+//   fp8_amax_*            AMAX_CHUNKS chunks of 4 x 16-byte loads per thread; block max, one atomicMax
+//   fp8_cast_*            flat row-wise cast, CAST_CHUNKS chunks of 4 x 16-byte loads per thread;
+//                         optional accumulator update (delayed scaling)
+//   fp8_cast_transpose_*  persistent 128x128 tiles, 512 threads: row-wise bytes and the transposed (K, M)
+//                         copy in one pass; the next tile is loaded into registers while this one is
+//                         cast and stored, so a whole tile of loads is always in flight
+//   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -93,36 +102,50 @@ __device__ __forceinline__ void store_f32(float v, float* out) { *out = v; }
 __device__ __forceinline__ void store_f32(float v, __half* out) { *out = __float2half_rn(v); }
 __device__ __forceinline__ void store_f32(float v, __nv_bfloat16* out) { *out = __float2bfloat16_rn(v); }
 
-// 8 consecutive elements (16-byte aligned) converted exactly to fp32.
+// Element j of T values packed little-endian in 32-bit words, exactly as fp32.
 template <typename T>
-__device__ __forceinline__ void load8(const T* __restrict__ p, float (&v)[8]) {
+__device__ __forceinline__ float word_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
-        const float4 a = reinterpret_cast<const float4*>(p)[0];
-        const float4 b = reinterpret_cast<const float4*>(p)[1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        return __uint_as_float(w[j]);
     } else {
-        const uint4 raw = *reinterpret_cast<const uint4*>(p);
-        const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
+        return bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
     }
 }
 
-// 16 fp32 values rounded once to O and stored at a 16-byte aligned address.
-template <typename O>
-__device__ __forceinline__ void store16(O* __restrict__ dst, const float (&f)[16]) {
-    if constexpr (sizeof(O) == 4) {
-        float4* d = reinterpret_cast<float4*>(dst);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) d[w] = make_float4(f[4 * w], f[4 * w + 1], f[4 * w + 2], f[4 * w + 3]);
+// The bits of element idx of x, and placing them as element j of packed words.
+template <typename T>
+__device__ __forceinline__ u32 elem_bits(const T* x, i64 idx) {
+    if constexpr (sizeof(T) == 4) {
+        return reinterpret_cast<const u32*>(x)[idx];
     } else {
-        u32 w[8];
+        return reinterpret_cast<const unsigned short*>(x)[idx];
+    }
+}
+template <typename T>
+__device__ __forceinline__ void set_elem_bits(u32* w, int j, u32 b) {
+    if constexpr (sizeof(T) == 4) {
+        w[j] = b;
+    } else {
+        w[j >> 1] |= b << (16 * (j & 1));
+    }
+}
+
+// 16 bytes at a 16-byte aligned address, as four words.
+__device__ __forceinline__ void load16(const void* p, u32 (&w)[4]) {
+    const uint4 a = *reinterpret_cast<const uint4*>(p);
+    w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
+}
+
+// 16 bytes of O values (16 / sizeof(O) of them) rounded once from fp32 and stored at a 16-byte aligned address.
+template <typename O>
+__device__ __forceinline__ void store_vec16(O* __restrict__ dst, const float (&f)[16 / sizeof(O)]) {
+    if constexpr (sizeof(O) == 4) {
+        *reinterpret_cast<float4*>(dst) = make_float4(f[0], f[1], f[2], f[3]);
+    } else {
+        u32 w[4];
 #pragma unroll
-        for (int p = 0; p < 8; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
-        uint4* d = reinterpret_cast<uint4*>(dst);
-        d[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        for (int p = 0; p < 4; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -160,92 +183,130 @@ __device__ __forceinline__ void atomic_max_nonneg(float* target, float v) {
     atomicMax(reinterpret_cast<unsigned int*>(target), __float_as_uint(v));
 }
 
+// accumulator = fmaxf(accumulator, m), the reference's torch.fmax, by compare-and-swap. The accumulator may
+// hold anything (negative, -0, NaN), so an integer atomicMax would not do. Each block applies max.f32 with
+// the accumulator as first operand to the value it finds; all block maxima are >= +0 and not NaN, so the
+// chain over the blocks equals one fmaxf(accumulator, amax) whatever their order.
+__device__ __forceinline__ void atomic_fmax_accumulate(float* accumulator, float m) {
+    unsigned int* p = reinterpret_cast<unsigned int*>(accumulator);
+    unsigned int old = *reinterpret_cast<volatile unsigned int*>(p);
+    for (;;) {
+        const unsigned int want = __float_as_uint(f32_max(__uint_as_float(old), m));
+        if (want == old) return;
+        const unsigned int seen = atomicCAS(p, old, want);
+        if (seen == old) return;
+        old = seen;
+    }
+}
+
 // ------------------------------------------------------------------ amax
+#define FLAT_THREADS 256
+#define AMAX_UNROLL 4   // 16-byte loads in flight per thread
+#define AMAX_CHUNKS 4   // chunks per block: 64 KiB read per block, one atomic per block
+
 template <typename T>
 __device__ void amax_impl(const T* __restrict__ x, i64 n, int vec_ok, float* out, float* out2) {
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    float m = 0.0f;
-    const i64 n8 = vec_ok ? n / 8 : 0;
-    i64 i = tid;
-    for (; i + 3 * stride < n8; i += 4 * stride) {  // four 16-byte loads in flight per thread
-        float v[4][8];
+    constexpr int E = 16 / sizeof(T);
+    constexpr int CHUNK = FLAT_THREADS * AMAX_UNROLL;
+    const i64 n_vec = vec_ok ? n / E : 0;
+    const u8* bytes = reinterpret_cast<const u8*>(x);
+    float m[AMAX_UNROLL];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) load8(x + 8 * (i + u * stride), v[u]);
+    for (int u = 0; u < AMAX_UNROLL; ++u) m[u] = 0.0f;
+    const i64 first = (i64)blockIdx.x * (CHUNK * AMAX_CHUNKS) + threadIdx.x;
+#pragma unroll 1
+    for (int c = 0; c < AMAX_CHUNKS; ++c) {
+        const i64 v0 = first + (i64)c * CHUNK;
+        u32 w[AMAX_UNROLL][4];
+        bool ok[AMAX_UNROLL];
 #pragma unroll
-        for (int u = 0; u < 4; ++u)
+        for (int u = 0; u < AMAX_UNROLL; ++u) {
+            ok[u] = v0 + u * FLAT_THREADS < n_vec;
+            if (ok[u]) load16(bytes + 16 * (v0 + u * FLAT_THREADS), w[u]);
+        }
 #pragma unroll
-            for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[u][j]));
+        for (int u = 0; u < AMAX_UNROLL; ++u) {
+            if (ok[u]) {
+#pragma unroll
+                for (int j = 0; j < E; ++j) m[u] = f32_max(m[u], f32_abs(word_elem<T>(w[u], j)));
+            }
+        }
     }
-    for (; i < n8; i += stride) {
-        float v[8];
-        load8(x + 8 * i, v);
+    // Elements after the last whole vector (every element when vec_ok is 0).
+    for (i64 e = n_vec * E + (i64)blockIdx.x * FLAT_THREADS + threadIdx.x; e < n; e += (i64)gridDim.x * FLAT_THREADS)
+        m[0] = f32_max(m[0], f32_abs(to_f32(x[e])));
+    float mm = m[0];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[j]));
-    }
-    for (i64 e = n8 * 8 + tid; e < n; e += stride) m = f32_max(m, f32_abs(to_f32(x[e])));
-    m = block_max(m);
+    for (int u = 1; u < AMAX_UNROLL; ++u) mm = f32_max(mm, m[u]);
+    mm = block_max(mm);
     if (threadIdx.x == 0) {
-        atomic_max_nonneg(out, m);
-        if (out2 != nullptr) atomic_max_nonneg(out2, m);
+        atomic_max_nonneg(out, mm);
+        if (out2 != nullptr) atomic_max_nonneg(out2, mm);
     }
 }
 
 // ------------------------------------------------------------------ flat row-wise cast
+#define CAST_UNROLL 4   // 16-byte loads in flight per thread
+#define CAST_CHUNKS 2   // chunks per block
+
 template <typename T>
 __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const float* __restrict__ scale_p, int e5m2,
-                          u8* __restrict__ out, float* __restrict__ scale_inv, float* amax_out) {
+                          u8* __restrict__ out, float* __restrict__ scale_inv, float* accumulator) {
+    constexpr int E = 16 / sizeof(T);  // elements per 16-byte vector = output bytes per vector
+    constexpr int CHUNK = FLAT_THREADS * CAST_UNROLL;
     const float s = *scale_p;
     if (blockIdx.x == 0 && threadIdx.x == 0) *scale_inv = reciprocal_rn(s);
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    const i64 n_vec = vec_ok ? n / E : 0;
+    const u8* bytes = reinterpret_cast<const u8*>(x);
     float m = 0.0f;
-    const i64 n8 = vec_ok ? n / 8 : 0;
-    i64 i = tid;
-    for (; i + stride < n8; i += 2 * stride) {  // two 16-byte loads in flight per thread
-        float v[2][8];
-        load8(x + 8 * i, v[0]);
-        load8(x + 8 * (i + stride), v[1]);
+    const i64 first = (i64)blockIdx.x * (CHUNK * CAST_CHUNKS) + threadIdx.x;
+#pragma unroll 1
+    for (int c = 0; c < CAST_CHUNKS; ++c) {
+        const i64 v0 = first + (i64)c * CHUNK;
+        u32 w[CAST_UNROLL][4];
+        bool ok[CAST_UNROLL];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            uint2 packed = make_uint2(0u, 0u);
+        for (int u = 0; u < CAST_UNROLL; ++u) {
+            ok[u] = v0 + u * FLAT_THREADS < n_vec;
+            if (ok[u]) load16(bytes + 16 * (v0 + u * FLAT_THREADS), w[u]);
+        }
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                m = f32_max(m, f32_abs(v[u][j]));
-                const u32 q = cast_fp8(f32_mul(v[u][j], s), e5m2);
-                if (j < 4) packed.x |= q << (8 * j); else packed.y |= q << (8 * (j - 4));
+        for (int u = 0; u < CAST_UNROLL; ++u) {
+            if (!ok[u]) continue;
+            u32 packed[2] = {0u, 0u};
+#pragma unroll
+            for (int j = 0; j < E; ++j) {
+                const float v = word_elem<T>(w[u], j);
+                m = f32_max(m, f32_abs(v));
+                packed[j >> 2] |= cast_fp8(f32_mul(v, s), e5m2) << (8 * (j & 3));
             }
-            reinterpret_cast<uint2*>(out)[i + u * stride] = packed;
+            const i64 v = v0 + u * FLAT_THREADS;
+            if constexpr (E == 8) {
+                reinterpret_cast<uint2*>(out)[v] = make_uint2(packed[0], packed[1]);
+            } else {
+                reinterpret_cast<u32*>(out)[v] = packed[0];
+            }
         }
     }
-    for (; i < n8; i += stride) {
-        float v[8];
-        load8(x + 8 * i, v);
-        uint2 packed = make_uint2(0u, 0u);
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            m = f32_max(m, f32_abs(v[j]));
-            const u32 q = cast_fp8(f32_mul(v[j], s), e5m2);
-            if (j < 4) packed.x |= q << (8 * j); else packed.y |= q << (8 * (j - 4));
-        }
-        reinterpret_cast<uint2*>(out)[i] = packed;
-    }
-    for (i64 e = n8 * 8 + tid; e < n; e += stride) {
+    for (i64 e = n_vec * E + (i64)blockIdx.x * FLAT_THREADS + threadIdx.x; e < n; e += (i64)gridDim.x * FLAT_THREADS) {
         const float v = to_f32(x[e]);
         m = f32_max(m, f32_abs(v));
         out[e] = (u8)cast_fp8(f32_mul(v, s), e5m2);
     }
-    if (amax_out != nullptr) {
+    if (accumulator != nullptr) {
         m = block_max(m);
-        if (threadIdx.x == 0) atomic_max_nonneg(amax_out, m);
+        if (threadIdx.x == 0) atomic_fmax_accumulate(accumulator, m);
     }
 }
 
 // ------------------------------------------------------------------ cast + transpose
-// One 128x128 tile per block of 512 threads. Thread t owns rows 4*(t/16)..+3 and columns
-// 8*(t%16)..+7 of the tile. The transposed bytes go through shared memory: word tile[c][r4]
-// holds rows 4*r4..4*r4+3 of column c; rows are padded to 33 words and the word index is
-// XOR-swizzled so both the writes and the 16-byte read-out are free of bank conflicts.
+// 128x128 tiles, 512 threads. Thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7 of a tile
+// (W = 2*sizeof(T) words of raw input per row). Blocks are persistent: block b takes tiles b, b + grid,
+// ... and loads the next one into registers before casting the current one, so its loads are in flight
+// all the time; the launcher sizes the grid to the blocks that fit at once and spreads the tiles evenly.
+// The transposed bytes go through shared memory: word tile[c][r4] holds rows 4*r4..4*r4+3 of column c;
+// rows are padded to 33 words and the word index is XOR-swizzled so both the writes and the 16-byte
+// read-out are free of bank conflicts. Two tile buffers alternate, so one barrier per tile suffices.
 #define TILE 128
 #define TILE_THREADS 512
 
@@ -253,39 +314,49 @@ __device__ __forceinline__ int swizzle(int c, int r4) { return r4 ^ ((c >> 3) <<
 
 template <typename T>
 __device__ __forceinline__ void load_tile(const T* __restrict__ x, int M, int K, int m0, int k0, int vec_ok,
-                                          float (&v)[4][8]) {
+                                          u32 (&raw)[4][2 * sizeof(T)]) {
+    constexpr int W = 2 * sizeof(T);
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const int k = k0 + 8 * cg;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int m = m0 + 4 * rg + i;
-        const T* row = x + (i64)m * K;
         if (m < M && vec_ok && k + 8 <= K) {
-            load8(row + k, v[i]);
+            const uint4* p = reinterpret_cast<const uint4*>(x + (i64)m * K + k);
+#pragma unroll
+            for (int h = 0; h < W / 4; ++h) {
+                const uint4 a = p[h];
+                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
+            }
         } else {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) v[i][j] = (m < M && k + j < K) ? to_f32(row[k + j]) : 0.0f;
+            for (int w = 0; w < W; ++w) raw[i][w] = 0u;  // +0.0: changes no amax, never stored
+            if (m < M) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (k + j < K) set_elem_bits<T>(raw[i], j, elem_bits(x, (i64)m * K + k + j));
+            }
         }
     }
 }
 
-__device__ __forceinline__ void store_row_bytes(u8* __restrict__ out, int M, int K, int m, int k, int vec_ok,
-                                                const u32 (&q)[8]) {
+// 8 bytes of one row, packed little-endian in two words.
+__device__ __forceinline__ void store_row_words(u8* __restrict__ out, int M, int K, int m, int k, int vec_ok,
+                                                u32 w0, u32 w1) {
     if (m >= M) return;
     u8* dst = out + (i64)m * K + k;
     if (vec_ok && k + 8 <= K) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(q[0] | (q[1] << 8) | (q[2] << 16) | (q[3] << 24),
-                                                    q[4] | (q[5] << 8) | (q[6] << 16) | (q[7] << 24));
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w0, w1);
     } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-            if (k + j < K) dst[j] = (u8)q[j];
+            if (k + j < K) dst[j] = (u8)((j < 4 ? w0 : w1) >> (8 * (j & 3)));
     }
 }
 
 // Write the transposed tile (column k of x becomes row k of the (K, M) output).
-__device__ __forceinline__ void store_transposed(u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0, int k0,
-                                                 int vec_ok) {
+__device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0,
+                                                 int k0, int vec_ok) {
 #pragma unroll
     for (int it = 0; it < 2; ++it) {
         const int idx = threadIdx.x + TILE_THREADS * it;
@@ -313,90 +384,128 @@ __device__ __forceinline__ void store_transposed(u32 (*tile)[33], u8* __restrict
 template <typename T>
 __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int vec_in, int vec_row, int vec_col,
                                     const float* __restrict__ scale_p, int e5m2, u8* __restrict__ row_out,
-                                    u8* __restrict__ col_out, float* __restrict__ scale_inv, float* amax_out) {
-    __shared__ u32 tile[TILE][33];
+                                    u8* __restrict__ col_out, float* __restrict__ scale_inv, float* accumulator) {
+    constexpr int W = 2 * sizeof(T);
+    __shared__ u32 tile[2][TILE][33];
     const int n_tk = (K + TILE - 1) / TILE;
-    const int m0 = (blockIdx.x / n_tk) * TILE, k0 = (blockIdx.x % n_tk) * TILE;
+    const int tiles = ((M + TILE - 1) / TILE) * n_tk;
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const float s = *scale_p;
     if (blockIdx.x == 0 && t == 0) *scale_inv = reciprocal_rn(s);
 
-    float v[4][8];
-    load_tile(x, M, K, m0, k0, vec_in, v);
+    u32 next[4][W];
+    int tile_id = blockIdx.x;
+    if (tile_id < tiles) load_tile(x, M, K, (tile_id / n_tk) * TILE, (tile_id % n_tk) * TILE, vec_in, next);
     float m = 0.0f;
-    u32 q[4][8];
+    int buf = 0;
+    for (; tile_id < tiles; tile_id += gridDim.x) {
+        u32 raw[4][W];
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
+        for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            m = f32_max(m, f32_abs(v[i][j]));
-            q[i][j] = cast_fp8(f32_mul(v[i][j], s), e5m2);
+            for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
+        const int ahead = tile_id + gridDim.x;
+        if (ahead < tiles) load_tile(x, M, K, (ahead / n_tk) * TILE, (ahead % n_tk) * TILE, vec_in, next);
+
+        const int m0 = (tile_id / n_tk) * TILE, k0 = (tile_id % n_tk) * TILE;
+        u32 col_words[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) col_words[j] = 0u;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            u32 row_words[2] = {0u, 0u};
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float v = word_elem<T>(raw[i], j);
+                m = f32_max(m, f32_abs(v));
+                const u32 q = cast_fp8(f32_mul(v, s), e5m2);
+                row_words[j >> 2] |= q << (8 * (j & 3));
+                col_words[j] |= q << (8 * i);
+            }
+            if (row_out != nullptr)
+                store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[0], row_words[1]);
         }
-    if (row_out != nullptr)
+        if (col_out != nullptr) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) store_row_bytes(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, q[i]);
-    if (col_out != nullptr) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int c = 8 * cg + j;
-            tile[c][swizzle(c, rg)] = q[0][j] | (q[1][j] << 8) | (q[2][j] << 16) | (q[3][j] << 24);
+            for (int j = 0; j < 8; ++j) {
+                const int c = 8 * cg + j;
+                tile[buf][c][swizzle(c, rg)] = col_words[j];
+            }
+            __syncthreads();  // also orders the previous use of tile[buf ^ 1] before its next writes
+            store_transposed(tile[buf], col_out, M, K, m0, k0, vec_col);
+            buf ^= 1;
         }
-        __syncthreads();
-        store_transposed(tile, col_out, M, K, m0, k0, vec_col);
     }
-    if (amax_out != nullptr) {
+    if (accumulator != nullptr) {
         m = block_max(m);
-        if (t == 0) atomic_max_nonneg(amax_out, m);
+        if (t == 0) atomic_fmax_accumulate(accumulator, m);
     }
 }
 
 // ------------------------------------------------------------------ dequantize
+#define DEQ_UNROLL 8  // loads in flight per thread
+
 template <typename O>
 __device__ void dequantize_impl(const u8* __restrict__ q, i64 n, int vec_ok, const float* __restrict__ scale_inv_p,
                                 int e5m2, O* __restrict__ out) {
+    constexpr int E = 16 / sizeof(O);  // fp8 bytes per load = output elements per 16-byte store
+    constexpr int CHUNK = FLAT_THREADS * DEQ_UNROLL;
     const float si = *scale_inv_p;
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    const i64 n16 = vec_ok ? n / 16 : 0;
-    for (i64 i = tid; i < n16; i += stride) {
-        const uint4 raw = reinterpret_cast<const uint4*>(q)[i];
-        const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-        float vals[16];
+    const i64 n_vec = vec_ok ? n / E : 0;
+    const i64 v0 = (i64)blockIdx.x * CHUNK + threadIdx.x;
+    u32 w[DEQ_UNROLL][E / 4];
+    bool ok[DEQ_UNROLL];
 #pragma unroll
-        for (int b = 0; b < 16; ++b)
-            vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
-        store16(out + 16 * i, vals);
+    for (int u = 0; u < DEQ_UNROLL; ++u) {
+        const i64 v = v0 + u * FLAT_THREADS;
+        ok[u] = v < n_vec;
+        if (ok[u]) {
+            if constexpr (E == 8) {
+                const uint2 a = reinterpret_cast<const uint2*>(q)[v];
+                w[u][0] = a.x;
+                w[u][1] = a.y;
+            } else {
+                w[u][0] = reinterpret_cast<const u32*>(q)[v];
+            }
+        }
     }
-    for (i64 e = n16 * 16 + tid; e < n; e += stride) store_f32(f32_mul(fp8_to_f32(q[e], e5m2), si), &out[e]);
+#pragma unroll
+    for (int u = 0; u < DEQ_UNROLL; ++u) {
+        if (!ok[u]) continue;
+        float vals[E];
+#pragma unroll
+        for (int b = 0; b < E; ++b) vals[b] = f32_mul(fp8_to_f32((w[u][b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
+        store_vec16(out + (v0 + u * FLAT_THREADS) * E, vals);
+    }
+    for (i64 e = n_vec * E + (i64)blockIdx.x * FLAT_THREADS + threadIdx.x; e < n; e += (i64)gridDim.x * FLAT_THREADS)
+        store_f32(f32_mul(fp8_to_f32(q[e], e5m2), si), &out[e]);
 }
 
 // ------------------------------------------------------------------ entry points
-extern "C" __global__ void fp8_amax_finalize(float* accumulator, const float* amax) {
-    if (threadIdx.x == 0 && blockIdx.x == 0) *accumulator = f32_max(*accumulator, *amax);
-}
-
-#define FP8_INSTANTIATE(T, SUFFIX)                                                                                  \
-    extern "C" __global__ void __launch_bounds__(256)                                                              \
+// Minimum resident blocks for the tile kernel: 2 x 512 threads (<= 64 registers) for 16-bit inputs; one for
+// fp32, whose tile of loads is twice as many bytes. The launcher sizes its grid with the same numbers.
+#define FP8_INSTANTIATE(T, SUFFIX, TILE_BLOCKS)                                                                     \
+    extern "C" __global__ void __launch_bounds__(FLAT_THREADS, 8)                                                  \
         fp8_amax_##SUFFIX(const T* x, i64 n, int vec_ok, float* out, float* out2) {                                \
         amax_impl<T>(x, n, vec_ok, out, out2);                                                                     \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256)                                                              \
+    extern "C" __global__ void __launch_bounds__(FLAT_THREADS)                                                     \
         fp8_cast_##SUFFIX(const T* x, i64 n, int vec_ok, const float* scale, int e5m2, u8* out, float* scale_inv, \
-                          float* amax_out) {                                                                       \
-        cast_impl<T>(x, n, vec_ok, scale, e5m2, out, scale_inv, amax_out);                                         \
+                          float* accumulator) {                                                                    \
+        cast_impl<T>(x, n, vec_ok, scale, e5m2, out, scale_inv, accumulator);                                      \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS)                                                     \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS, TILE_BLOCKS)                                        \
         fp8_cast_transpose_##SUFFIX(const T* x, int M, int K, int vec_in, int vec_row, int vec_col,                \
                                     const float* scale, int e5m2, u8* row_out, u8* col_out, float* scale_inv,      \
-                                    float* amax_out) {                                                             \
+                                    float* accumulator) {                                                          \
         cast_transpose_impl<T>(x, M, K, vec_in, vec_row, vec_col, scale, e5m2, row_out, col_out, scale_inv,        \
-                               amax_out);                                                                          \
+                               accumulator);                                                                       \
     }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(256)                                                              \
+    extern "C" __global__ void __launch_bounds__(FLAT_THREADS, 8)                                                  \
         fp8_dequantize_##SUFFIX(const u8* q, i64 n, int vec_ok, const float* scale_inv, int e5m2, T* out) {        \
         dequantize_impl<T>(q, n, vec_ok, scale_inv, e5m2, out);                                                    \
     }
 
-FP8_INSTANTIATE(float, f32)
-FP8_INSTANTIATE(__half, f16)
-FP8_INSTANTIATE(__nv_bfloat16, bf16)
+FP8_INSTANTIATE(float, f32, 1)
+FP8_INSTANTIATE(__half, f16, 2)
+FP8_INSTANTIATE(__nv_bfloat16, bf16, 2)

@@ -7,16 +7,20 @@
 //   s = value_for_inf if s == +inf;  pow2: s = bits(s) & 0xFF800000;  degenerate: s = 1;
 //   q = Q_F(RN(float(x) * s)),  scale_inv = fp32(RN_double(1/s)).
 // Layouts (M = rows, K = last dim of the input): row-wise data (M, K); column-wise data (K, M) (the
-// transpose); GEMM-ready fp32 scales, zero padding written by the caller:
+// transpose); GEMM-ready fp32 scales, the caller zero-fills any padding (when there is none, every
+// scale is written here):
 //   1D row-wise [k/128, m] (ld = round_up(M,4));   1D column-wise [m/128, k] (ld = round_up(K,4));
 //   2D row-wise [m/128, k/128];                     2D column-wise [k/128, m/128].
 //
 // Kernels (suffix = input or output element type):
-//   fp8_block_quantize_*    one 128x128 tile per block of 512 threads; thread t owns rows 4*(t/16)..+3 and
-//                           columns 8*(t%16)..+7 (16-byte loads of bf16); row amaxes by warp shuffles,
-//                           column amaxes through shared memory; the column-wise bytes are transposed in
-//                           shared memory and written 16 bytes per thread.
-//   fp8_block_dequantize_*  16 elements per thread and step along the data's rows.
+//   fp8_block_quantize_{rows,cols,both,2d}_*
+//       persistent 128x128 tiles, 512 threads; thread t owns rows 4*(t/16)..+3 and columns
+//       8*(t%16)..+7; the next tile is loaded into registers while this one is quantized. A 1x128 row
+//       block is a half-warp: its amax by 4 shuffles, its scale computed by each of the 16 lanes (no
+//       barrier); column amaxes (and the 2D tile amax) go through shared memory; the column-wise bytes
+//       are transposed in shared memory (two alternating buffers) and written 16 bytes per thread.
+//   fp8_block_dequantize_*
+//       rows x 16-byte stores: each thread loads 4 rows of one vector of the data before storing.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -96,34 +100,44 @@ __device__ __forceinline__ void store_f32(float v, float* out) { *out = v; }
 __device__ __forceinline__ void store_f32(float v, __half* out) { *out = __float2half_rn(v); }
 __device__ __forceinline__ void store_f32(float v, __nv_bfloat16* out) { *out = __float2bfloat16_rn(v); }
 
+// Element j of T values packed little-endian in 32-bit words, exactly as fp32.
 template <typename T>
-__device__ __forceinline__ void load8(const T* __restrict__ p, float (&v)[8]) {
+__device__ __forceinline__ float word_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
-        const float4 a = reinterpret_cast<const float4*>(p)[0];
-        const float4 b = reinterpret_cast<const float4*>(p)[1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        return __uint_as_float(w[j]);
     } else {
-        const uint4 raw = *reinterpret_cast<const uint4*>(p);
-        const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
+        return bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
     }
 }
 
-template <typename O>
-__device__ __forceinline__ void store16(O* __restrict__ dst, const float (&f)[16]) {
-    if constexpr (sizeof(O) == 4) {
-        float4* d = reinterpret_cast<float4*>(dst);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) d[w] = make_float4(f[4 * w], f[4 * w + 1], f[4 * w + 2], f[4 * w + 3]);
+// The bits of element idx of x, and placing them as element j of packed words.
+template <typename T>
+__device__ __forceinline__ u32 elem_bits(const T* x, i64 idx) {
+    if constexpr (sizeof(T) == 4) {
+        return reinterpret_cast<const u32*>(x)[idx];
     } else {
-        u32 w[8];
+        return reinterpret_cast<const unsigned short*>(x)[idx];
+    }
+}
+template <typename T>
+__device__ __forceinline__ void set_elem_bits(u32* w, int j, u32 b) {
+    if constexpr (sizeof(T) == 4) {
+        w[j] = b;
+    } else {
+        w[j >> 1] |= b << (16 * (j & 1));
+    }
+}
+
+// 16 bytes of O values (16 / sizeof(O) of them) rounded once from fp32 and stored at a 16-byte aligned address.
+template <typename O>
+__device__ __forceinline__ void store_vec16(O* __restrict__ dst, const float (&f)[16 / sizeof(O)]) {
+    if constexpr (sizeof(O) == 4) {
+        *reinterpret_cast<float4*>(dst) = make_float4(f[0], f[1], f[2], f[3]);
+    } else {
+        u32 w[4];
 #pragma unroll
-        for (int p = 0; p < 8; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
-        uint4* d = reinterpret_cast<uint4*>(dst);
-        d[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        for (int p = 0; p < 4; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -134,6 +148,16 @@ __device__ __forceinline__ u32 cast_fp8(float v, int e5m2) {
 __device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
     const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, e5m2 ? __NV_E5M2 : __NV_E4M3);
     return __half2float(__half(h));
+}
+
+// The words are left unchanged, but the compiler must assume they changed: values converted from them are
+// recomputed after this point instead of being held in registers across barriers (register pressure).
+template <int N>
+__device__ __forceinline__ void reload(u32 (&w)[N]) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(w[i]));
+#endif
 }
 
 // Classification by bits (no dependence on <cmath> under NVRTC).
@@ -155,43 +179,56 @@ __device__ __forceinline__ float scale_from_amax(float a, float fmax, int pow2, 
 // ------------------------------------------------------------------ quantize
 #define TILE 128
 #define TILE_THREADS 512
+#define WARPS (TILE_THREADS / 32)
 
 __device__ __forceinline__ int swizzle(int c, int r4) { return r4 ^ ((c >> 3) << 1); }
 
+// Raw input of one thread's 4 rows x 8 columns (W = 2*sizeof(T) words per row); zeros out of bounds.
 template <typename T>
 __device__ __forceinline__ void load_tile(const T* __restrict__ x, int M, int K, int m0, int k0, int vec_ok,
-                                          float (&v)[4][8]) {
+                                          u32 (&raw)[4][2 * sizeof(T)]) {
+    constexpr int W = 2 * sizeof(T);
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const int k = k0 + 8 * cg;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int m = m0 + 4 * rg + i;
-        const T* row = x + (i64)m * K;
         if (m < M && vec_ok && k + 8 <= K) {
-            load8(row + k, v[i]);
+            const uint4* p = reinterpret_cast<const uint4*>(x + (i64)m * K + k);
+#pragma unroll
+            for (int h = 0; h < W / 4; ++h) {
+                const uint4 a = p[h];
+                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
+            }
         } else {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) v[i][j] = (m < M && k + j < K) ? to_f32(row[k + j]) : 0.0f;
+            for (int w = 0; w < W; ++w) raw[i][w] = 0u;  // +0.0: changes no amax, never stored
+            if (m < M) {
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    if (k + j < K) set_elem_bits<T>(raw[i], j, elem_bits(x, (i64)m * K + k + j));
+            }
         }
     }
 }
 
 // 8 bytes of one row, packed little-endian in two words.
 __device__ __forceinline__ void store_row_words(u8* __restrict__ out, int M, int K, int m, int k, int vec_ok,
-                                                const u32 (&w)[2]) {
+                                                u32 w0, u32 w1) {
     if (m >= M) return;
     u8* dst = out + (i64)m * K + k;
     if (vec_ok && k + 8 <= K) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(w[0], w[1]);
+        *reinterpret_cast<uint2*>(dst) = make_uint2(w0, w1);
     } else {
 #pragma unroll
         for (int j = 0; j < 8; ++j)
-            if (k + j < K) dst[j] = (u8)(w[j >> 2] >> (8 * (j & 3)));
+            if (k + j < K) dst[j] = (u8)((j < 4 ? w0 : w1) >> (8 * (j & 3)));
     }
 }
 
-__device__ __forceinline__ void store_transposed(u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0, int k0,
-                                                 int vec_ok) {
+// Write the transposed tile (column k of x becomes row k of the (K, M) output).
+__device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0,
+                                                 int k0, int vec_ok) {
 #pragma unroll
     for (int it = 0; it < 2; ++it) {
         const int idx = threadIdx.x + TILE_THREADS * it;
@@ -216,165 +253,220 @@ __device__ __forceinline__ void store_transposed(u32 (*tile)[33], u8* __restrict
     }
 }
 
-template <typename T>
+// MODE: 1 = 1D row-wise only, 2 = 1D column-wise only, 3 = 1D both, 4 = 2D (row_out / col_out say which usages).
+template <typename T, int MODE>
 __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int vec_in, int vec_row, int vec_col,
-                                    int e5m2, float fmax, int pow2, float eps, float value_for_inf, int two_d,
+                                    int e5m2, float fmax, int pow2, float eps, float value_for_inf,
                                     u8* __restrict__ row_out, float* __restrict__ row_scale, int row_ld,
                                     u8* __restrict__ col_out, float* __restrict__ col_scale, int col_ld) {
-    __shared__ u32 tile[TILE][33];
-    __shared__ float col_part[TILE_THREADS / 32][TILE];  // per-warp column maxima
-    __shared__ float row_amax[TILE];
-    __shared__ float row_s[TILE];
-    __shared__ float col_s[TILE];
-    __shared__ float tile_part[4];
+    constexpr int W = 2 * sizeof(T);
+    constexpr bool two_d = MODE == 4, rows_1d = MODE == 1 || MODE == 3, cols_1d = MODE == 2 || MODE == 3;
+    __shared__ u32 tile[2][TILE][33];        // transposed bytes, two alternating buffers
+    __shared__ float col_part[WARPS][8][16];  // 1D columns: [warp][j][cg], max over the warp's 8 rows of column 8*cg+j
+    __shared__ float col_s[TILE];             // 1D column scales
+    __shared__ float tile_part[2][WARPS];     // 2D: per-warp maxima, two alternating buffers
 
     const int n_tk = (K + TILE - 1) / TILE;
-    const int tm = blockIdx.x / n_tk, tk = blockIdx.x % n_tk;
-    const int m0 = tm * TILE, k0 = tk * TILE;
+    const int tiles = ((M + TILE - 1) / TILE) * n_tk;
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4, lane = t & 31, warp = t >> 5;
-    const bool rows_1d = !two_d && row_out != nullptr;
-    const bool cols_1d = !two_d && col_out != nullptr;
 
-    float v[4][8];
-    load_tile(x, M, K, m0, k0, vec_in, v);
-
-    // Row amaxes: the 16 lanes of a half-warp hold one row's 128 columns.
-    if (rows_1d) {
+    u32 next[4][W];
+    int tile_id = blockIdx.x;
+    if (tile_id < tiles) load_tile(x, M, K, (tile_id / n_tk) * TILE, (tile_id % n_tk) * TILE, vec_in, next);
+    int buf = 0;
+    for (; tile_id < tiles; tile_id += gridDim.x) {
+        u32 raw[4][W];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
+        const int ahead = tile_id + gridDim.x;
+        if (ahead < tiles) load_tile(x, M, K, (ahead / n_tk) * TILE, (ahead % n_tk) * TILE, vec_in, next);
+
+        const int tm = tile_id / n_tk, tk = tile_id % n_tk;
+        const int m0 = tm * TILE, k0 = tk * TILE;
+        u32 col_words[8];  // col_words[j]: rows 4*rg..+3 of column 8*cg+j, for the transposed copy
+#pragma unroll
+        for (int j = 0; j < 8; ++j) col_words[j] = 0u;
+
+        if constexpr (two_d) {
+            // One 128x128 block: max over the thread's 32 values, the warp, then the 16 warps.
             float a = 0.0f;
 #pragma unroll
-            for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(v[i][j]));
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-            for (int o = 8; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
-            if (cg == 0) row_amax[4 * rg + i] = a;
-        }
-    }
-    // Column amaxes (also the 2D tile amax): per warp in registers, then across warps in shared memory.
-    if (cols_1d || two_d) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            float a = 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) a = f32_max(a, f32_abs(v[i][j]));
-            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 16));
-            if (lane < 16) col_part[warp][8 * cg + j] = a;
-        }
-    }
-    __syncthreads();
-    if (t < TILE) {
-        if (rows_1d) {
-            const float s = scale_from_amax(row_amax[t], fmax, pow2, eps, value_for_inf);
-            row_s[t] = s;
-            if (m0 + t < M) row_scale[(i64)tk * row_ld + m0 + t] = reciprocal_rn(s);
-        }
-    } else if (t < 2 * TILE && (cols_1d || two_d)) {
-        const int c = t - TILE;
-        float a = 0.0f;
-#pragma unroll
-        for (int w = 0; w < TILE_THREADS / 32; ++w) a = f32_max(a, col_part[w][c]);
-        if (two_d) {
+                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
-            if (lane == 0) tile_part[warp - TILE / 32] = a;
-        } else {
+            if (lane == 0) tile_part[buf][warp] = a;
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) reload(raw[i]);
+            a = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) a = f32_max(a, tile_part[buf][w]);
             const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
-            col_s[c] = s;
-            if (k0 + c < K) col_scale[(i64)tm * col_ld + k0 + c] = reciprocal_rn(s);
-        }
-    }
-    __syncthreads();
-    if (two_d) {
-        if (t == 0) {
-            const float a = f32_max(f32_max(tile_part[0], tile_part[1]), f32_max(tile_part[2], tile_part[3]));
-            const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
-            const float si = reciprocal_rn(s);
-            row_s[0] = s;
-            if (row_scale != nullptr) row_scale[(i64)tm * row_ld + tk] = si;
-            if (col_scale != nullptr) col_scale[(i64)tk * col_ld + tm] = si;
-        }
-        __syncthreads();
-    }
-
-    // Row-wise bytes, packed 4 per word (2D: the same bytes serve both usages).
-    u32 packed[4][2];
-    if (row_out != nullptr || two_d) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float s = two_d ? row_s[0] : row_s[4 * rg + i];
-            packed[i][0] = packed[i][1] = 0u;
-#pragma unroll
-            for (int j = 0; j < 8; ++j) packed[i][j >> 2] |= cast_fp8(f32_mul(v[i][j], s), e5m2) << (8 * (j & 3));
-            if (row_out != nullptr) store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, packed[i]);
-        }
-    }
-    if (col_out != nullptr) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int c = 8 * cg + j;
-            u32 word = 0u;
-            if (two_d) {
-#pragma unroll
-                for (int i = 0; i < 4; ++i) word |= ((packed[i][j >> 2] >> (8 * (j & 3))) & 0xFFu) << (8 * i);
-            } else {
-                const float s = col_s[c];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) word |= cast_fp8(f32_mul(v[i][j], s), e5m2) << (8 * i);
+            if (t == 0) {
+                const float si = reciprocal_rn(s);
+                if (row_scale != nullptr) row_scale[(i64)tm * row_ld + tk] = si;
+                if (col_scale != nullptr) col_scale[(i64)tk * col_ld + tm] = si;
             }
-            tile[c][swizzle(c, rg)] = word;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                u32 row_words[2] = {0u, 0u};
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const u32 q = cast_fp8(f32_mul(word_elem<T>(raw[i], j), s), e5m2);
+                    row_words[j >> 2] |= q << (8 * (j & 3));
+                    col_words[j] |= q << (8 * i);  // the same bytes serve the column-wise copy
+                }
+                if (row_out != nullptr)
+                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[0], row_words[1]);
+            }
         }
-        __syncthreads();
-        store_transposed(tile, col_out, M, K, m0, k0, vec_col);
+        if constexpr (rows_1d) {
+            // A 1x128 row block is a half-warp: amax by 4 shuffles, then each lane computes the scale.
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float a = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
+                const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
+                const int m = m0 + 4 * rg + i;
+                if (cg == 0 && m < M) row_scale[(i64)tk * row_ld + m] = reciprocal_rn(s);
+                u32 row_words[2] = {0u, 0u};
+#pragma unroll
+                for (int j = 0; j < 8; ++j)
+                    row_words[j >> 2] |= cast_fp8(f32_mul(word_elem<T>(raw[i], j), s), e5m2) << (8 * (j & 3));
+                store_row_words(row_out, M, K, m, k0 + 8 * cg, vec_row, row_words[0], row_words[1]);
+            }
+        }
+        if constexpr (cols_1d) {
+            // 128x1 column blocks: max over the thread's 4 rows, the two row groups of the warp, then the
+            // 16 warps in shared memory; 128 threads compute the column scales.
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float a = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
+                a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 16));
+                if (lane < 16) col_part[warp][j][cg] = a;
+            }
+            __syncthreads();
+            if (t < TILE) {
+                const int rj = t >> 4, rc = t & 15, c = 8 * rc + rj;  // conflict-free reads of col_part
+                float a = 0.0f;
+#pragma unroll
+                for (int w = 0; w < WARPS; ++w) a = f32_max(a, col_part[w][rj][rc]);
+                const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
+                col_s[c] = s;
+                if (k0 + c < K) col_scale[(i64)tm * col_ld + k0 + c] = reciprocal_rn(s);
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) reload(raw[i]);
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const float s = col_s[8 * cg + j];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) col_words[j] |= cast_fp8(f32_mul(word_elem<T>(raw[i], j), s), e5m2) << (8 * i);
+            }
+        }
+        if (MODE != 1 && col_out != nullptr) {
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                const int c = 8 * cg + j;
+                tile[buf][c][swizzle(c, rg)] = col_words[j];
+            }
+            __syncthreads();  // also orders the previous use of tile[buf ^ 1] before its next writes
+            store_transposed(tile[buf], col_out, M, K, m0, k0, vec_col);
+        }
+        buf ^= 1;
     }
 }
 
 // ------------------------------------------------------------------ dequantize
-// data viewed as (R, C); scale element of (r, c): 1D [c/128, r], 2D [r/128, c/128].
-__device__ __forceinline__ float block_scale_inv(const float* __restrict__ scale, int ld, int two_d, i64 r, i64 c) {
-    return two_d ? scale[(r / TILE) * ld + c / TILE] : scale[(c / TILE) * ld + r];
+// Data viewed as (R, C); scale element of (r, c): 1D [c/128, r], 2D [r/128, c/128].
+__device__ __forceinline__ float block_scale_inv(const float* __restrict__ scale, int ld, int two_d, int r, int c) {
+    return two_d ? scale[(i64)(r / TILE) * ld + c / TILE] : scale[(i64)(c / TILE) * ld + r];
 }
 
-template <typename O>
-__device__ void block_dequantize_impl(const u8* __restrict__ q, i64 R, i64 C, int vec_ok, const float* __restrict__ scale,
-                                      int ld, int two_d, int e5m2, O* __restrict__ out) {
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 tid = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (vec_ok) {  // C % 16 == 0: a group of 16 never straddles a 128-block
-        const i64 groups_per_row = C / 16, n = R * groups_per_row;
-        for (i64 g = tid; g < n; g += stride) {
-            const i64 r = g / groups_per_row, c = (g % groups_per_row) * 16;
-            const float si = block_scale_inv(scale, ld, two_d, r, c);
-            const uint4 raw = *reinterpret_cast<const uint4*>(q + r * C + c);
-            const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-            float vals[16];
+// Blocks of (tx, ty) threads; thread (x, y) owns vector cv = blockIdx.x * tx + x (V elements; V divides 128)
+// of the rows rb * ty * DEQ_ROWS + y + i * ty (i < DEQ_ROWS) for row blocks rb = blockIdx.y, + gridDim.y, ...;
+// it loads its DEQ_ROWS rows before converting any. V = 16 / sizeof(O) (one 16-byte store) when C % V == 0,
+// else 1 (one element).
+#define DEQ_ROWS 4
+
+template <typename O, int V>
+__device__ void block_dequantize_impl(const u8* __restrict__ q, int R, int C, const float* __restrict__ scale, int ld,
+                                      int two_d, int e5m2, O* __restrict__ out) {
+    const int cv = blockIdx.x * blockDim.x + threadIdx.x;
+    if (cv >= C / V) return;  // no barriers below
+    const int c = cv * V;
+    const int n_rb = (R + blockDim.y * DEQ_ROWS - 1) / (blockDim.y * DEQ_ROWS);
+    for (int rb = blockIdx.y; rb < n_rb; rb += gridDim.y) {
+        const int r0 = rb * blockDim.y * DEQ_ROWS + threadIdx.y;
+        u32 w[DEQ_ROWS][(V + 3) / 4];
 #pragma unroll
-            for (int b = 0; b < 16; ++b)
-                vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
-            store16(out + r * C + c, vals);
+        for (int i = 0; i < DEQ_ROWS; ++i) {
+            const int r = r0 + i * blockDim.y;
+            if (r < R) {
+                const u8* src = q + (i64)r * C + c;
+                if constexpr (V == 8) {
+                    const uint2 a = *reinterpret_cast<const uint2*>(src);
+                    w[i][0] = a.x;
+                    w[i][1] = a.y;
+                } else if constexpr (V == 4) {
+                    w[i][0] = *reinterpret_cast<const u32*>(src);
+                } else {
+                    w[i][0] = *src;
+                }
+            }
         }
-    } else {
-        const i64 n = R * C;
-        for (i64 e = tid; e < n; e += stride) {
-            const i64 r = e / C, c = e % C;
-            store_f32(f32_mul(fp8_to_f32(q[e], e5m2), block_scale_inv(scale, ld, two_d, r, c)), &out[e]);
+#pragma unroll
+        for (int i = 0; i < DEQ_ROWS; ++i) {
+            const int r = r0 + i * blockDim.y;
+            if (r >= R) continue;
+            const float si = block_scale_inv(scale, ld, two_d, r, c);  // V divides 128: one block per vector
+            float vals[V];
+#pragma unroll
+            for (int b = 0; b < V; ++b) vals[b] = f32_mul(fp8_to_f32((w[i][b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), si);
+            if constexpr (V == 1) {
+                store_f32(vals[0], out + (i64)r * C + c);
+            } else {
+                store_vec16(out + (i64)r * C + c, vals);
+            }
         }
     }
 }
 
 // ------------------------------------------------------------------ entry points
-#define FP8_BLOCK_INSTANTIATE(T, SUFFIX)                                                                        \
-    extern "C" __global__ void __launch_bounds__(TILE_THREADS) fp8_block_quantize_##SUFFIX(                    \
-        const T* x, int M, int K, int vec_in, int vec_row, int vec_col, int e5m2, float fmax, int pow2,         \
-        float eps, float value_for_inf, int two_d, u8* row_out, float* row_scale, int row_ld, u8* col_out,      \
-        float* col_scale, int col_ld) {                                                                         \
-        block_quantize_impl<T>(x, M, K, vec_in, vec_row, vec_col, e5m2, fmax, pow2, eps, value_for_inf, two_d,  \
-                               row_out, row_scale, row_ld, col_out, col_scale, col_ld);                         \
+// Resident 512-thread blocks per SM of the persistent quantize kernels (the launcher sizes its grid with
+// them): 2 (<= 64 registers) for 16-bit inputs, 1 for fp32 (twice the bytes per tile).
+#define FP8_BLOCK_QUANTIZE(T, SUFFIX, TILE_BLOCKS, NAME, MODE)                                                    \
+    extern "C" __global__ void __launch_bounds__(TILE_THREADS, TILE_BLOCKS) fp8_block_quantize_##NAME##_##SUFFIX( \
+        const T* x, int M, int K, int vec_in, int vec_row, int vec_col, int e5m2, float fmax, int pow2,           \
+        float eps, float value_for_inf, u8* row_out, float* row_scale, int row_ld, u8* col_out,                   \
+        float* col_scale, int col_ld) {                                                                           \
+        block_quantize_impl<T, MODE>(x, M, K, vec_in, vec_row, vec_col, e5m2, fmax, pow2, eps, value_for_inf,     \
+                                     row_out, row_scale, row_ld, col_out, col_scale, col_ld);                     \
+    }
+#define FP8_BLOCK_INSTANTIATE(T, SUFFIX, TILE_BLOCKS)                                                           \
+    FP8_BLOCK_QUANTIZE(T, SUFFIX, TILE_BLOCKS, rows, 1)                                                         \
+    FP8_BLOCK_QUANTIZE(T, SUFFIX, TILE_BLOCKS, cols, 2)                                                         \
+    FP8_BLOCK_QUANTIZE(T, SUFFIX, TILE_BLOCKS, both, 3)                                                         \
+    FP8_BLOCK_QUANTIZE(T, SUFFIX, TILE_BLOCKS, 2d, 4)                                                           \
+    extern "C" __global__ void __launch_bounds__(256, 8) fp8_block_dequantize_##SUFFIX(                         \
+        const u8* q, int R, int C, const float* scale, int ld, int two_d, int e5m2, T* out) {                   \
+        block_dequantize_impl<T, 16 / sizeof(T)>(q, R, C, scale, ld, two_d, e5m2, out);                         \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(256) fp8_block_dequantize_##SUFFIX(                            \
-        const u8* q, i64 R, i64 C, int vec_ok, const float* scale, int ld, int two_d, int e5m2, T* out) {       \
-        block_dequantize_impl<T>(q, R, C, vec_ok, scale, ld, two_d, e5m2, out);                                 \
+    extern "C" __global__ void __launch_bounds__(256) fp8_block_dequantize_scalar_##SUFFIX(                     \
+        const u8* q, int R, int C, const float* scale, int ld, int two_d, int e5m2, T* out) {                   \
+        block_dequantize_impl<T, 1>(q, R, C, scale, ld, two_d, e5m2, out);                                      \
     }
 
-FP8_BLOCK_INSTANTIATE(float, f32)
-FP8_BLOCK_INSTANTIATE(__half, f16)
-FP8_BLOCK_INSTANTIATE(__nv_bfloat16, bf16)
+FP8_BLOCK_INSTANTIATE(float, f32, 1)
+FP8_BLOCK_INSTANTIATE(__half, f16, 2)
+FP8_BLOCK_INSTANTIATE(__nv_bfloat16, bf16, 2)

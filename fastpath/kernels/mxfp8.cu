@@ -4,15 +4,18 @@
 // Per block with amax a (NaNs skipped):
 //   e = e8m0(RN(a * fl(1/fmax)))   (integer rule: round the exponent up, saturate at 254, inf -> 254);
 //   q = Q_F(RN(float(x) * 2^(127-e)));   decode: RN(float(q) * 2^(e-127)).
-// Data of both usages keeps x's (M, K) layout (not transposed). uint8 scales, zero padding written by the
-// caller: row-wise [m, k/32] (ld = round_up(K/32, 4)), column-wise [m/32, k] (ld = round_up(K, 128)).
-// Needs M % 32 == 0 and K % 32 == 0.
+// Data of both usages keeps x's (M, K) layout (not transposed). uint8 scales: row-wise [m, k/32]
+// (ld = round_up(K/32, 4)), column-wise [m/32, k] (ld = round_up(K, 128)); the caller zero-fills any
+// padding (when there is none, every scale byte is written here). Needs M % 32 == 0 and K % 32 == 0.
 //
 // Kernels (suffix = input or output element type):
-//   mxfp8_quantize_*    one 32x128 tile per block of 256 threads; thread t owns row t/8 and columns
-//                       16*(t%8)..+15 (two 16-byte loads of bf16, one 16-byte store per usage); a 1x32 block
-//                       is a lane pair (shuffle), a 32x1 block a column reduced through shared memory.
-//   mxfp8_dequantize_*  16 elements per thread and step.
+//   mxfp8_quantize_*    persistent 32x256 tiles, 256 threads; thread t owns rows 4*(t/32)..+3 and columns
+//                       8*(t%32)..+7 (one 16-byte load per row for 16-bit inputs; a warp reads 512
+//                       contiguous bytes of a row, writes 256). The next tile is loaded into registers
+//                       while this one is quantized. A 1x32 block is 4 lanes (shuffles, no barrier); a
+//                       32x1 column is reduced over the thread's 4 rows in registers, then over the 8 warps
+//                       through shared memory; a 32x32 tile over 4 lanes and then the 8 warps.
+//   mxfp8_dequantize_*  rows x 16-byte stores: each thread loads 4 rows of one vector before storing.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -67,34 +70,26 @@ template <> __device__ __forceinline__ u32 f32_to_bits16<__nv_bfloat16>(float v)
     return __bfloat16_as_ushort(__float2bfloat16_rn(v));
 }
 
+// Element j of T values packed little-endian in 32-bit words, exactly as fp32.
 template <typename T>
-__device__ __forceinline__ void load8(const T* __restrict__ p, float* v) {
+__device__ __forceinline__ float word_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
-        const float4 a = reinterpret_cast<const float4*>(p)[0];
-        const float4 b = reinterpret_cast<const float4*>(p)[1];
-        v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w;
-        v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+        return __uint_as_float(w[j]);
     } else {
-        const uint4 raw = *reinterpret_cast<const uint4*>(p);
-        const u32 w[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-        for (int j = 0; j < 8; ++j) v[j] = bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
+        return bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
     }
 }
 
+// 16 bytes of O values (16 / sizeof(O) of them) rounded once from fp32 and stored at a 16-byte aligned address.
 template <typename O>
-__device__ __forceinline__ void store16(O* __restrict__ dst, const float (&f)[16]) {
+__device__ __forceinline__ void store_vec16(O* __restrict__ dst, const float (&f)[16 / sizeof(O)]) {
     if constexpr (sizeof(O) == 4) {
-        float4* d = reinterpret_cast<float4*>(dst);
-#pragma unroll
-        for (int w = 0; w < 4; ++w) d[w] = make_float4(f[4 * w], f[4 * w + 1], f[4 * w + 2], f[4 * w + 3]);
+        *reinterpret_cast<float4*>(dst) = make_float4(f[0], f[1], f[2], f[3]);
     } else {
-        u32 w[8];
+        u32 w[4];
 #pragma unroll
-        for (int p = 0; p < 8; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
-        uint4* d = reinterpret_cast<uint4*>(dst);
-        d[0] = make_uint4(w[0], w[1], w[2], w[3]);
-        d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        for (int p = 0; p < 4; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
+        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -138,149 +133,275 @@ __device__ __forceinline__ float e8m0_to_f32(u32 e) {
 
 // ------------------------------------------------------------------ quantize
 #define TILE_M 32
-#define TILE_K 128
+#define TILE_K 256
 #define THREADS 256
 
-// 16 bytes q = Q_F(RN(v * mult_j)) stored at dst (16-byte aligned).
-__device__ __forceinline__ void store_q16(u8* __restrict__ dst, const float (&v)[16], const float (&mult)[16],
-                                          int e5m2) {
-    u32 w[4] = {0u, 0u, 0u, 0u};
+// Raw input of one thread's 4 rows x 8 columns (W = 2*sizeof(T) words per row); zeros past K.
+template <typename T>
+__device__ __forceinline__ void load_tile(const T* __restrict__ x, int K, int m0, int k0, u32 (&raw)[4][2 * sizeof(T)]) {
+    constexpr int W = 2 * sizeof(T);
+    const int t = threadIdx.x, cg = t & 31, rg = t >> 5;
+    const int k = k0 + 8 * cg;
+    const T* row = x + (i64)(m0 + 4 * rg) * K + k;
 #pragma unroll
-    for (int j = 0; j < 16; ++j) w[j >> 2] |= cast_fp8(f32_mul(v[j], mult[j]), e5m2) << (8 * (j & 3));
-    *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+    for (int i = 0; i < 4; ++i, row += K) {
+        if (k < K) {  // K % 32 == 0: a thread's 8 columns are all in bounds or all out
+            const uint4* p = reinterpret_cast<const uint4*>(row);
+#pragma unroll
+            for (int h = 0; h < W / 4; ++h) {
+                const uint4 a = p[h];
+                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
+            }
+        } else {
+#pragma unroll
+            for (int w = 0; w < W; ++w) raw[i][w] = 0u;
+        }
+    }
 }
 
+// The words are left unchanged, but the compiler must assume they changed: values converted from them are
+// recomputed after this point instead of being held in registers across barriers (register pressure).
+template <int N>
+__device__ __forceinline__ void reload(u32 (&w)[N]) {
+#ifdef __CUDA_ARCH__
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(w[i]));
+#endif
+}
+
+// 8 bytes q_j = Q_F(RN(v_j * mult_j)) of one row, packed little-endian.
 template <typename T>
-__device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e5m2, float inv_fmax, int two_d,
+__device__ __forceinline__ uint2 quantize8(const u32* raw, const float (&mult)[8], int e5m2) {
+    u32 w[2] = {0u, 0u};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) w[j >> 2] |= cast_fp8(f32_mul(word_elem<T>(raw, j), mult[j]), e5m2) << (8 * (j & 3));
+    return make_uint2(w[0], w[1]);
+}
+
+// The same, stored at dst (8-byte aligned).
+template <typename T>
+__device__ __forceinline__ void store_q8(u8* __restrict__ dst, const u32* raw, const float (&mult)[8], int e5m2) {
+    *reinterpret_cast<uint2*>(dst) = quantize8<T>(raw, mult, e5m2);
+}
+
+// MODE: 1 = 1D row-wise only, 2 = 1D column-wise only, 3 = 1D both, 4 = 2D (row_out / col_out say which usages).
+template <typename T, int MODE>
+__device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e5m2, float inv_fmax,
                                     u8* __restrict__ row_out, u8* __restrict__ row_scale, int row_ld,
                                     u8* __restrict__ col_out, u8* __restrict__ col_scale, int col_ld) {
-    __shared__ float col_part[THREADS / 32][TILE_K];
-    __shared__ u32 col_e[TILE_K];
-    __shared__ u32 tile_e[TILE_K / 32];
+    constexpr int W = 2 * sizeof(T);
+    constexpr int WARPS = THREADS / 32;
+    __shared__ float col_part[WARPS][8][32];  // [warp][j][cg]: column 8*cg + j, max over the warp's 4 rows
+    __shared__ __align__(8) u8 col_e[TILE_K];  // column scale bytes of the tile
+    __shared__ float tile_part[2][WARPS][8];  // 2D: [buffer][warp][32-column block]
 
     const int n_tk = (K + TILE_K - 1) / TILE_K;
-    const int m0 = (blockIdx.x / n_tk) * TILE_M, k0 = (blockIdx.x % n_tk) * TILE_K;
-    const int t = threadIdx.x, cg = t & 7, r = t >> 3, lane = t & 31, warp = t >> 5;
-    const int m = m0 + r, k = k0 + 16 * cg;
-    const bool valid = k < K;  // K % 32 == 0: a thread's 16 columns are all in bounds or all out
-    const bool rows_1d = !two_d && row_out != nullptr;
-    const bool cols_1d = !two_d && col_out != nullptr;
+    const int tiles = (M / TILE_M) * n_tk;
+    const int t = threadIdx.x, cg = t & 31, rg = t >> 5;
+    constexpr bool two_d = MODE == 4, rows_1d = MODE == 1 || MODE == 3, cols_1d = MODE == 2 || MODE == 3;
 
-    float v[16];
-    if (valid) {
-        load8(x + (i64)m * K + k, v);
-        load8(x + (i64)m * K + k + 8, v + 8);
-    } else {
+    u32 next[4][W];
+    int tile_id = blockIdx.x;
+    if (tile_id < tiles) load_tile(x, K, (tile_id / n_tk) * TILE_M, (tile_id % n_tk) * TILE_K, next);
+    int buf = 0;
+    for (; tile_id < tiles; tile_id += gridDim.x) {
+        u32 raw[4][W];
 #pragma unroll
-        for (int j = 0; j < 16; ++j) v[j] = 0.0f;
-    }
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
+        const int ahead = tile_id + gridDim.x;
+        if (ahead < tiles) load_tile(x, K, (ahead / n_tk) * TILE_M, (ahead % n_tk) * TILE_K, next);
 
-    // Column (and 2D tile) amaxes: 4 rows per warp by shuffles, 8 warps through shared memory.
-    if (cols_1d || two_d) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-            float a = f32_abs(v[j]);
-            a = f32_max(0.0f, a);  // NaN -> 0, like fmaxf from 0
-            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 8));
-            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 16));
-            if (lane < 8) col_part[warp][16 * cg + j] = a;
-        }
-        __syncthreads();
-        if (t < TILE_K) {
+        const int m0 = (tile_id / n_tk) * TILE_M, k0 = (tile_id % n_tk) * TILE_K;
+        const int k = k0 + 8 * cg;
+        const bool valid = k < K;
+        const i64 off0 = (i64)(m0 + 4 * rg) * K + k;  // element (row 4*rg, column k) of the tile; rows K apart
+
+        if constexpr (two_d) {
+            // 32x32 tile: max over the thread's 32 values, its 4-lane group, then the 8 warps.
             float a = 0.0f;
 #pragma unroll
-            for (int w = 0; w < THREADS / 32; ++w) a = f32_max(a, col_part[w][t]);
-            if (two_d) {
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
-                if (lane == 0) tile_e[warp] = e8m0_from_f32(f32_mul(a, inv_fmax));
-            } else {
+                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
+            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 1));
+            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 2));
+            if ((cg & 3) == 0) tile_part[buf][rg][cg >> 2] = a;
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) reload(raw[i]);
+            float b = 0.0f;
+#pragma unroll
+            for (int w = 0; w < WARPS; ++w) b = f32_max(b, tile_part[buf][w][cg >> 2]);
+            const u32 e = e8m0_from_f32(f32_mul(b, inv_fmax));
+            const float mult1 = e8m0_encode_multiplier(e);
+            float mult[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) mult[j] = mult1;
+            if (valid) {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const i64 off = off0 + (i64)i * K;
+                    const uint2 q = quantize8<T>(raw[i], mult, e5m2);  // the same bytes serve both usages
+                    if (row_out != nullptr) {
+                        *reinterpret_cast<uint2*>(row_out + off) = q;
+                        if ((cg & 3) == 0) row_scale[(i64)(m0 + 4 * rg + i) * row_ld + k / 32] = (u8)e;
+                    }
+                    if (col_out != nullptr) *reinterpret_cast<uint2*>(col_out + off) = q;
+                }
+                if (col_out != nullptr && rg == 0) {
+                    const u32 e4 = e * 0x01010101u;
+                    *reinterpret_cast<uint2*>(col_scale + (i64)(m0 / 32) * col_ld + k) = make_uint2(e4, e4);
+                }
+            }
+            buf ^= 1;
+            continue;
+        }
+        if constexpr (rows_1d) {
+            // A 1x32 block is the 4-lane group of cg: max over 8 values, then 2 shuffles; no barrier.
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                float a = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
+                a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 1));
+                a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 2));
                 const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
-                col_e[t] = e;
-                if (k0 + t < K) col_scale[(i64)(m0 / 32) * col_ld + k0 + t] = (u8)e;
+                const float mult1 = e8m0_encode_multiplier(e);
+                float mult[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) mult[j] = mult1;
+                if (valid) {
+                    const int m = m0 + 4 * rg + i;
+                    store_q8<T>(row_out + off0 + (i64)i * K, raw[i], mult, e5m2);
+                    if ((cg & 3) == 0) row_scale[(i64)m * row_ld + k / 32] = (u8)e;
+                }
             }
         }
-        __syncthreads();
-    }
-
-    if (two_d) {
-        const u32 e = tile_e[cg >> 1];
-        float mult[16];
+        if constexpr (cols_1d) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) mult[j] = e8m0_encode_multiplier(e);
-        if (valid) {
-            if (row_out != nullptr) {
-                store_q16(row_out + (i64)m * K + k, v, mult, e5m2);
-                if ((cg & 1) == 0) row_scale[(i64)m * row_ld + k / 32] = (u8)e;
+            for (int i = 0; i < 4; ++i) reload(raw[i]);
+            // 32x1 blocks: max over the thread's 4 rows, then over the 8 warps in shared memory.
+#pragma unroll
+            for (int j = 0; j < 8; ++j) {
+                float a = 0.0f;
+#pragma unroll
+                for (int i = 0; i < 4; ++i) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
+                col_part[rg][j][cg] = a;
             }
-            if (col_out != nullptr) store_q16(col_out + (i64)m * K + k, v, mult, e5m2);
+            __syncthreads();
+            {
+                // Thread t reduces column 8 * (t % 32) + t / 32 (conflict-free reads of col_part).
+                const int rj = t >> 5, rc = t & 31, c = 8 * rc + rj;
+                float a = 0.0f;
+#pragma unroll
+                for (int w = 0; w < WARPS; ++w) a = f32_max(a, col_part[w][rj][rc]);
+                const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
+                col_e[c] = (u8)e;
+                if (k0 + c < K) col_scale[(i64)(m0 / 32) * col_ld + k0 + c] = (u8)e;
+            }
+            __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 4; ++i) reload(raw[i]);
+            if (valid) {
+                const uint2 ew = *reinterpret_cast<const uint2*>(col_e + 8 * cg);
+                float mult[8];
+#pragma unroll
+                for (int j = 0; j < 8; ++j) mult[j] = e8m0_encode_multiplier(((j < 4 ? ew.x : ew.y) >> (8 * (j & 3))) & 0xFFu);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) store_q8<T>(col_out + off0 + (i64)i * K, raw[i], mult, e5m2);
+            }
         }
-        if (col_out != nullptr && t < TILE_K && k0 + t < K)
-            col_scale[(i64)(m0 / 32) * col_ld + k0 + t] = (u8)tile_e[t >> 5];
-        return;
-    }
-    if (rows_1d) {
-        // A 1x32 block is the lane pair (cg, cg ^ 1).
-        float a = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 16; ++j) a = f32_max(a, f32_abs(v[j]));
-        a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 1));
-        const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
-        float mult[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) mult[j] = e8m0_encode_multiplier(e);
-        if (valid) {
-            store_q16(row_out + (i64)m * K + k, v, mult, e5m2);
-            if ((cg & 1) == 0) row_scale[(i64)m * row_ld + k / 32] = (u8)e;
-        }
-    }
-    if (cols_1d && valid) {
-        float mult[16];
-#pragma unroll
-        for (int j = 0; j < 16; ++j) mult[j] = e8m0_encode_multiplier(col_e[16 * cg + j]);
-        store_q16(col_out + (i64)m * K + k, v, mult, e5m2);
     }
 }
 
 // ------------------------------------------------------------------ dequantize
+// Blocks of (tx, ty) threads; thread (x, y) owns 16-byte output vector cv = blockIdx.x * tx + x of the rows
+// rb * ty * ROWS + y + i * ty (i < ROWS) for row blocks rb = blockIdx.y, blockIdx.y + gridDim.y, ...; it
+// loads its ROWS rows before converting any.
+#define DEQ_ROWS 4
+
 template <typename O>
-__device__ void mxfp8_dequantize_impl(const u8* __restrict__ q, i64 M, i64 K, const u8* __restrict__ scale, int ld,
-                                      int columnwise, int e5m2, O* __restrict__ out) {
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    const i64 groups_per_row = K / 16, n = M * groups_per_row;
-    for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < n; g += stride) {
-        const i64 m = g / groups_per_row, k = (g % groups_per_row) * 16;
-        const uint4 raw = *reinterpret_cast<const uint4*>(q + m * K + k);
-        const u32 words[4] = {raw.x, raw.y, raw.z, raw.w};
-        float vals[16];
-        if (columnwise) {
-            const u8* s = scale + (m / 32) * ld + k;
+__device__ void mxfp8_dequantize_impl(const u8* __restrict__ q, int M, int K, const u8* __restrict__ scale, int ld,
+                                      int columnwise, int scale_vec, int e5m2, O* __restrict__ out) {
+    constexpr int E = 16 / sizeof(O);  // fp8 bytes per load = output elements per 16-byte store
+    const int cv = blockIdx.x * blockDim.x + threadIdx.x;
+    if (cv >= K / E) return;  // no barriers below
+    const int k = cv * E;
+    const int n_rb = (M + blockDim.y * DEQ_ROWS - 1) / (blockDim.y * DEQ_ROWS);
+    for (int rb = blockIdx.y; rb < n_rb; rb += gridDim.y) {
+        const int r0 = rb * blockDim.y * DEQ_ROWS + threadIdx.y;
+        u32 w[DEQ_ROWS][E / 4];
 #pragma unroll
-            for (int b = 0; b < 16; ++b)
-                vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), e8m0_to_f32(s[b]));
-        } else {
-            const float sv = e8m0_to_f32(scale[m * ld + k / 32]);
-#pragma unroll
-            for (int b = 0; b < 16; ++b)
-                vals[b] = f32_mul(fp8_to_f32((words[b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), sv);
+        for (int i = 0; i < DEQ_ROWS; ++i) {
+            const int m = r0 + i * blockDim.y;
+            if (m < M) {
+                if constexpr (E == 8) {
+                    const uint2 a = *reinterpret_cast<const uint2*>(q + (i64)m * K + k);
+                    w[i][0] = a.x;
+                    w[i][1] = a.y;
+                } else {
+                    w[i][0] = *reinterpret_cast<const u32*>(q + (i64)m * K + k);
+                }
+            }
         }
-        store16(out + m * K + k, vals);
+#pragma unroll
+        for (int i = 0; i < DEQ_ROWS; ++i) {
+            const int m = r0 + i * blockDim.y;
+            if (m >= M) continue;
+            float sv[E];
+            if (columnwise) {
+                const u8* s = scale + (i64)(m / 32) * ld + k;
+                if (scale_vec) {
+                    u32 sw[E / 4];
+                    if constexpr (E == 8) {
+                        const uint2 a = *reinterpret_cast<const uint2*>(s);
+                        sw[0] = a.x;
+                        sw[1] = a.y;
+                    } else {
+                        sw[0] = *reinterpret_cast<const u32*>(s);
+                    }
+#pragma unroll
+                    for (int b = 0; b < E; ++b) sv[b] = e8m0_to_f32((sw[b >> 2] >> (8 * (b & 3))) & 0xFFu);
+                } else {
+#pragma unroll
+                    for (int b = 0; b < E; ++b) sv[b] = e8m0_to_f32(s[b]);
+                }
+            } else {
+                const float s1 = e8m0_to_f32(scale[(i64)m * ld + k / 32]);
+#pragma unroll
+                for (int b = 0; b < E; ++b) sv[b] = s1;
+            }
+            float vals[E];
+#pragma unroll
+            for (int b = 0; b < E; ++b) vals[b] = f32_mul(fp8_to_f32((w[i][b >> 2] >> (8 * (b & 3))) & 0xFFu, e5m2), sv[b]);
+            store_vec16(out + (i64)m * K + k, vals);
+        }
     }
 }
 
 // ------------------------------------------------------------------ entry points
-#define MXFP8_INSTANTIATE(T, SUFFIX)                                                                            \
-    extern "C" __global__ void __launch_bounds__(THREADS) mxfp8_quantize_##SUFFIX(                             \
-        const T* x, int M, int K, int e5m2, float inv_fmax, int two_d, u8* row_out, u8* row_scale, int row_ld,  \
+// Resident blocks per SM of the persistent quantize kernels (the launcher sizes its grid with them):
+// 4 x 256 threads (<= 64 registers) for 16-bit inputs, 2 for fp32 (twice the bytes per tile).
+// One quantize kernel per mode (rows, cols, both: 1D usages; 2d: 32x32 tiles, either usage).
+#define MXFP8_QUANTIZE(T, SUFFIX, TILE_BLOCKS, NAME, MODE)                                                       \
+    extern "C" __global__ void __launch_bounds__(THREADS, TILE_BLOCKS) mxfp8_quantize_##NAME##_##SUFFIX(       \
+        const T* x, int M, int K, int e5m2, float inv_fmax, u8* row_out, u8* row_scale, int row_ld,             \
         u8* col_out, u8* col_scale, int col_ld) {                                                               \
-        mxfp8_quantize_impl<T>(x, M, K, e5m2, inv_fmax, two_d, row_out, row_scale, row_ld, col_out, col_scale,  \
-                               col_ld);                                                                         \
-    }                                                                                                          \
+        mxfp8_quantize_impl<T, MODE>(x, M, K, e5m2, inv_fmax, row_out, row_scale, row_ld, col_out, col_scale,   \
+                                     col_ld);                                                                   \
+    }
+#define MXFP8_INSTANTIATE(T, SUFFIX, TILE_BLOCKS)                                                               \
+    MXFP8_QUANTIZE(T, SUFFIX, TILE_BLOCKS, rows, 1)                                                             \
+    MXFP8_QUANTIZE(T, SUFFIX, TILE_BLOCKS, cols, 2)                                                             \
+    MXFP8_QUANTIZE(T, SUFFIX, TILE_BLOCKS, both, 3)                                                             \
+    MXFP8_QUANTIZE(T, SUFFIX, TILE_BLOCKS, 2d, 4)                                                               \
     extern "C" __global__ void __launch_bounds__(256) mxfp8_dequantize_##SUFFIX(                               \
-        const u8* q, i64 M, i64 K, const u8* scale, int ld, int columnwise, int e5m2, T* out) {                 \
-        mxfp8_dequantize_impl<T>(q, M, K, scale, ld, columnwise, e5m2, out);                                    \
+        const u8* q, int M, int K, const u8* scale, int ld, int columnwise, int scale_vec, int e5m2, T* out) {  \
+        mxfp8_dequantize_impl<T>(q, M, K, scale, ld, columnwise, scale_vec, e5m2, out);                         \
     }
 
-MXFP8_INSTANTIATE(float, f32)
-MXFP8_INSTANTIATE(__half, f16)
-MXFP8_INSTANTIATE(__nv_bfloat16, bf16)
+MXFP8_INSTANTIATE(float, f32, 2)
+MXFP8_INSTANTIATE(__half, f16, 4)
+MXFP8_INSTANTIATE(__nv_bfloat16, bf16, 4)

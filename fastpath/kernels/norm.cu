@@ -1,17 +1,21 @@
 // LayerNorm, RMSNorm and L2 normalization, forward and backward.
 //
 // Specification: refops/kernels/reference/norms.py. Statistics are fp32 per row;
-// they are reductions in a different order than torch's, so results match the
-// reference within tolerance (not bit for bit). Every element-wise step keeps
-// the reference's formula and rounds once to the storage dtype.
+// they are reductions in a different order than torch's (products summed with
+// FMAs), so results match the reference within tolerance (not bit for bit). Every
+// element-wise output keeps the reference's formula and rounds once to the storage
+// dtype, except that L2 normalization's backward divides once per row, not per element.
 //
 // Layout: a row is shared by the blockDim.x threads (TPR, a power of two >= 32) of
 // one threadIdx.y; a block holds blockDim.y rows and walks row groups with a
 // grid-stride loop. Each thread keeps its part of the row in registers: up to VPT
 // V-element packs at columns (k * TPR + threadIdx.x) * V, k < VPT, so the row is
-// read from memory once. Backward kernels also accumulate the weight (and bias)
-// gradients of their rows in registers and write one partial row per row slot
-// (blockIdx.x * blockDim.y + threadIdx.y); wgrad_finalize sums the partial rows.
+// read from memory once (all of a row's loads are issued before their first use);
+// while it works on a row it asks L2 for its part of the block's next row
+// (prefetch.global.L2), so the next row's loads hit L2. Backward kernels keep x
+// and dy of the row the same way, accumulate the weight (and bias) gradients of
+// their rows in registers and write one partial row per row slot (blockIdx.x *
+// blockDim.y + threadIdx.y); wgrad_finalize sums the partial rows.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -19,6 +23,8 @@
 typedef long long i64;
 
 // ------------------------------------------------------------ storage types
+// `raw` is the stored bit pattern; load() is exact, store() rounds once (RNE).
+// lo/hi widen the two 16-bit values of a 32-bit word (lo: lower address).
 struct F32 {
   typedef float raw;
   static __device__ __forceinline__ float load(raw v) { return v; }
@@ -28,52 +34,149 @@ struct F16 {
   typedef unsigned short raw;
   static __device__ __forceinline__ float load(raw v) { return __half2float(__ushort_as_half(v)); }
   static __device__ __forceinline__ raw store(float v) { return __half_as_ushort(__float2half_rn(v)); }
+  static __device__ __forceinline__ float lo(unsigned w) { return load((raw)(w & 0xffffu)); }
+  static __device__ __forceinline__ float hi(unsigned w) { return load((raw)(w >> 16)); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    union {
+      __half2 h;
+      unsigned u;
+    } w;
+    w.h = __floats2half2_rn(a, b);  // .x = a (lower address), .y = b; each RNE
+    return w.u;
+  }
 };
 struct BF16 {
   typedef unsigned short raw;
   static __device__ __forceinline__ float load(raw v) { return __bfloat162float(__ushort_as_bfloat16(v)); }
   static __device__ __forceinline__ raw store(float v) { return __bfloat16_as_ushort(__float2bfloat16_rn(v)); }
+  // A bf16 value is the upper half of its fp32 value.
+  static __device__ __forceinline__ float lo(unsigned w) { return __uint_as_float(w << 16); }
+  static __device__ __forceinline__ float hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+  static __device__ __forceinline__ unsigned pack2(float a, float b) {
+    union {
+      __nv_bfloat162 h;
+      unsigned u;
+    } w;
+    w.h = __floats2bfloat162_rn(a, b);  // .x = a (lower address), .y = b; each RNE
+    return w.u;
+  }
 };
 
-template <typename R, int N>
-struct alignas(sizeof(R) * N) Pack {
-  R v[N];
+// V values of one storage type between a memory access and their use: Raw is what
+// one access moves (16 bytes for the vector forms, kept packed in registers).
+// reload(p): load(p) again, as a volatile access the compiler cannot merge with an
+// earlier load of p (so the earlier value need not stay in a register); read-only data.
+__device__ __forceinline__ float reload_one(const float* p) {
+  float v;
+  asm volatile("ld.global.nc.f32 %0, [%1];" : "=f"(v) : "l"(p));
+  return v;
+}
+__device__ __forceinline__ unsigned short reload_one(const unsigned short* p) {
+  unsigned short v;
+  asm volatile("ld.global.nc.u16 %0, [%1];" : "=h"(v) : "l"(p));
+  return v;
+}
+
+template <class Tr, int V>
+struct Io {  // V == 1: one element, any alignment
+  typedef typename Tr::raw R;
+  typedef R Raw;
+  static __device__ __forceinline__ Raw load(const R* p) { return *p; }
+  static __device__ __forceinline__ Raw reload(const R* p) { return reload_one(p); }
+  static __device__ __forceinline__ void store(R* p, const Raw& v) { *p = v; }
+  static __device__ __forceinline__ void unpack(const Raw& v, float (&f)[1]) { f[0] = Tr::load(v); }
+  static __device__ __forceinline__ Raw pack(const float (&f)[1]) { return Tr::store(f[0]); }
 };
 
-template <int N, typename R>
-__device__ __forceinline__ Pack<R, N> load_pack(const R* p) {
-  return *reinterpret_cast<const Pack<R, N>*>(p);
-}
+template <>
+struct Io<F32, 4> {
+  typedef float R;
+  typedef float4 Raw;
+  static __device__ __forceinline__ Raw load(const R* p) { return *reinterpret_cast<const float4*>(p); }
+  static __device__ __forceinline__ Raw reload(const R* p) {
+    float4 v;
+    asm volatile("ld.global.nc.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));
+    return v;
+  }
+  static __device__ __forceinline__ void store(R* p, const Raw& v) { *reinterpret_cast<float4*>(p) = v; }
+  static __device__ __forceinline__ void unpack(const Raw& v, float (&f)[4]) {
+    f[0] = v.x;
+    f[1] = v.y;
+    f[2] = v.z;
+    f[3] = v.w;
+  }
+  static __device__ __forceinline__ Raw pack(const float (&f)[4]) { return make_float4(f[0], f[1], f[2], f[3]); }
+};
 
-template <int N, typename R>
-__device__ __forceinline__ void store_pack(R* p, const Pack<R, N>& v) {
-  *reinterpret_cast<Pack<R, N>*>(p) = v;
-}
+template <class Tr>
+struct Io16x8 {  // eight 16-bit values as four 32-bit words
+  typedef typename Tr::raw R;
+  typedef uint4 Raw;
+  static __device__ __forceinline__ Raw load(const R* p) { return *reinterpret_cast<const uint4*>(p); }
+  static __device__ __forceinline__ Raw reload(const R* p) {
+    uint4 v;
+    asm volatile("ld.global.nc.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+  }
+  static __device__ __forceinline__ void store(R* p, const Raw& v) { *reinterpret_cast<uint4*>(p) = v; }
+  static __device__ __forceinline__ void unpack(const Raw& v, float (&f)[8]) {
+    f[0] = Tr::lo(v.x);
+    f[1] = Tr::hi(v.x);
+    f[2] = Tr::lo(v.y);
+    f[3] = Tr::hi(v.y);
+    f[4] = Tr::lo(v.z);
+    f[5] = Tr::hi(v.z);
+    f[6] = Tr::lo(v.w);
+    f[7] = Tr::hi(v.w);
+  }
+  static __device__ __forceinline__ Raw pack(const float (&f)[8]) {
+    return make_uint4(Tr::pack2(f[0], f[1]), Tr::pack2(f[2], f[3]), Tr::pack2(f[4], f[5]), Tr::pack2(f[6], f[7]));
+  }
+};
+template <>
+struct Io<F16, 8> : Io16x8<F16> {};
+template <>
+struct Io<BF16, 8> : Io16x8<BF16> {};
+
+// Ask L2 (L1) for the line holding p (a hint: no register, no wait, no effect on results).
+__device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+__device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefetch.global.L1 [%0];" ::"l"(p)); }
 
 enum Kind { LAYER = 0, RMS = 1, L2 = 2 };
 
-// Sum of v over the blockDim.x threads sharing a row. Every thread of the block
-// calls it the same number of times (the row loops are uniform per block).
-__device__ __forceinline__ float row_sum(float v) {
-  __shared__ float partial[32];  // [threadIdx.y][warp of the row], at most 32 warps per block
+// Sums of v[0..NV) over the blockDim.x threads sharing a row, in every one of them.
+// Every thread of the block calls it the same number of times (the row loops are
+// uniform per block) with its own `parity`. Calls alternate between two buffers:
+// a call writes its buffer only after the previous call's barrier, which every
+// thread passes after reading the buffer of the call before, so one barrier a call.
+#define MAX_BLOCK_WARPS 16  // blocks of at most 512 threads
+template <int NV>
+__device__ __forceinline__ void row_sums(float (&v)[NV], int& parity) {
+  __shared__ float partial[2][NV][MAX_BLOCK_WARPS];  // [buffer][value][threadIdx.y * warps + warp of the row]
 #pragma unroll
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  if (blockDim.x == 32) return v;
+  for (int offset = 16; offset > 0; offset >>= 1) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) v[i] += __shfl_xor_sync(0xffffffffu, v[i], offset);
+  }
+  if (blockDim.x == 32) return;
   const int warps = blockDim.x / 32;
-  __syncthreads();  // the previous call's readers are done with `partial`
-  if ((threadIdx.x & 31) == 0) partial[threadIdx.y * warps + threadIdx.x / 32] = v;
+  float(*buf)[MAX_BLOCK_WARPS] = partial[parity];
+  parity ^= 1;
+  if ((threadIdx.x & 31) == 0) {
+#pragma unroll
+    for (int i = 0; i < NV; ++i) buf[i][threadIdx.y * warps + threadIdx.x / 32] = v[i];
+  }
   __syncthreads();
-  float s = 0.0f;
-  for (int w = 0; w < warps; ++w) s += partial[threadIdx.y * warps + w];
-  return s;
+#pragma unroll
+  for (int i = 0; i < NV; ++i) {
+    float s = 0.0f;
+    for (int w = 0; w < warps; ++w) s += buf[i][threadIdx.y * warps + w];
+    v[i] = s;
+  }
 }
 
 // gamma = weight, or 1 + weight when zero-centered (the reference's weight32 + 1.0).
-template <class Tr>
-__device__ __forceinline__ float gamma_of(typename Tr::raw w, bool zero_centered) {
-  const float g = Tr::load(w);
-  return zero_centered ? g + 1.0f : g;
-}
+__device__ __forceinline__ float gamma_of(float w, bool zero_centered) { return zero_centered ? w + 1.0f : w; }
 
 // ------------------------------------------------------------------ forward
 // LAYER: y = (x - mean) * rstd * gamma + beta, rstd = rsqrt(mean((x - mean)^2) + eps)
@@ -86,59 +189,69 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
                                              typename Tr::raw* __restrict__ y, float* __restrict__ mean_out,
                                              float* __restrict__ rstd_out, i64 rows, i64 n, float eps,
                                              bool zero_centered) {
-  typedef typename Tr::raw R;
+  typedef Io<Tr, V> io;
+  typedef typename io::Raw Raw;
   const float inv_n = 1.0f / (float)n;
-  for (i64 base = (i64)blockIdx.x * blockDim.y; base < rows; base += (i64)gridDim.x * blockDim.y) {
+  const i64 row_step = (i64)gridDim.x * blockDim.y;
+  int parity = 0;
+  for (i64 base = (i64)blockIdx.x * blockDim.y; base < rows; base += row_step) {
     const i64 r = base + threadIdx.y;
     const bool row_ok = r < rows;
-    Pack<R, V> xv[VPT];
+    Raw xv[VPT];
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
       if (row_ok && c < n) {
-        xv[k] = load_pack<V>(x + r * n + c);
+        xv[k] = io::load(x + r * n + c);
+        if (r + row_step < rows) prefetch_l2(x + (r + row_step) * n + c);
+        float f[V];
+        io::unpack(xv[k], f);
 #pragma unroll
-        for (int j = 0; j < V; ++j) sum += Tr::load(xv[k].v[j]);
+        for (int j = 0; j < V; ++j) sum += f[j];
       }
     }
     float mean = 0.0f;
-    if (KIND == LAYER) mean = row_sum(sum) * inv_n;
-    float sq = 0.0f;
+    if (KIND == LAYER) {
+      float s[1] = {sum};
+      row_sums<1>(s, parity);
+      mean = s[0] * inv_n;
+    }
+    float sq[1] = {0.0f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
       if (row_ok && c < n) {
+        float f[V];
+        io::unpack(xv[k], f);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float d = KIND == LAYER ? Tr::load(xv[k].v[j]) - mean : Tr::load(xv[k].v[j]);
-          sq += d * d;
+          const float d = KIND == LAYER ? f[j] - mean : f[j];
+          sq[0] = __fmaf_rn(d, d, sq[0]);
         }
       }
     }
-    sq = row_sum(sq);
-    const float rstd = rsqrtf((KIND == L2 ? sq : sq * inv_n) + eps);
+    row_sums<1>(sq, parity);
+    const float rstd = rsqrtf((KIND == L2 ? sq[0] : sq[0] * inv_n) + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
       if (row_ok && c < n) {
-        Pack<R, V> wv, bv, out;
-        if (KIND != L2) wv = load_pack<V>(weight + c);
-        if (KIND == LAYER) bv = load_pack<V>(bias + c);
+        float f[V], w[V], b[V], out[V];
+        io::unpack(xv[k], f);
+        if (KIND != L2) io::unpack(io::load(weight + c), w);
+        if (KIND == LAYER) io::unpack(io::load(bias + c), b);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float xj = Tr::load(xv[k].v[j]);
-          float v;
           if (KIND == LAYER) {
-            v = ((xj - mean) * rstd) * gamma_of<Tr>(wv.v[j], zero_centered) + Tr::load(bv.v[j]);
+            out[j] = ((f[j] - mean) * rstd) * gamma_of(w[j], zero_centered) + b[j];
           } else if (KIND == RMS) {
-            v = (xj * rstd) * gamma_of<Tr>(wv.v[j], zero_centered);
+            out[j] = (f[j] * rstd) * gamma_of(w[j], zero_centered);
           } else {
-            v = xj * rstd;
+            out[j] = f[j] * rstd;
           }
-          out.v[j] = Tr::store(v);
         }
-        store_pack<V>(y + r * n + c, out);
+        io::store(y + r * n + c, io::pack(out));
       }
     }
     if (row_ok && threadIdx.x == 0) {
@@ -152,7 +265,7 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
 // LAYER: dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * gamma, xhat = (x - mean) * rstd;
 //        dweight += dy * xhat, dbias += dy (per column, over the block's rows)
 // RMS:   dx = rstd * (g - xhat * mean(g * xhat)), xhat = x * rstd; dweight += dy * xhat
-// L2:    dx = r * (dy - x * sum(x * dy) / (sum(x^2) + eps)), r the saved rsqrt norm
+// L2:    dx = r * (dy - x * q), q = sum(x * dy) / (sum(x^2) + eps) once per row, r the saved rsqrt norm
 template <int KIND, class Tr, int V, int VPT>
 __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict__ dy,
                                               const typename Tr::raw* __restrict__ x,
@@ -161,74 +274,103 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
                                               typename Tr::raw* __restrict__ dx, float* __restrict__ partial_w,
                                               float* __restrict__ partial_b, i64 rows, i64 n, float eps,
                                               bool zero_centered) {
-  typedef typename Tr::raw R;
+  typedef Io<Tr, V> io;
+  typedef typename io::Raw Raw;
   const float inv_n = 1.0f / (float)n;
+  const i64 row_step = (i64)gridDim.x * blockDim.y;
   float acc_w[VPT][V], acc_b[VPT][V];
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
 #pragma unroll
     for (int j = 0; j < V; ++j) acc_w[k][j] = acc_b[k][j] = 0.0f;
 
-  for (i64 base = (i64)blockIdx.x * blockDim.y; base < rows; base += (i64)gridDim.x * blockDim.y) {
+  int parity = 0;
+  for (i64 base = (i64)blockIdx.x * blockDim.y; base < rows; base += row_step) {
     const i64 r = base + threadIdx.y;
     const bool row_ok = r < rows;
+    const bool next_ok = r + row_step < rows;
     const float mean = (KIND == LAYER && row_ok) ? mean_in[r] : 0.0f;
     const float rstd = row_ok ? rstd_in[r] : 0.0f;
-    // The second pass reads x and dy again (cache hits): registers hold the
-    // weight-gradient accumulators instead.
-    float s1 = 0.0f, s2 = 0.0f;  // LAYER/RMS: sum(g), sum(g * xhat); L2: sum(x^2), sum(x * dy)
+    // All of the row's x and dy is requested before its first use: RMS and L2 load
+    // it into registers, packed, and keep it there for the second pass; LAYER, whose
+    // bias-gradient accumulators take those registers, prefetches it into L1 and
+    // loads each pack where it is used, in both passes (L1 hits).
+    Raw xr[VPT], gr[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
       if (row_ok && c < n) {
-        const Pack<R, V> xv = load_pack<V>(x + r * n + c);
-        const Pack<R, V> gv = load_pack<V>(dy + r * n + c);
-        Pack<R, V> wv;
-        if (KIND != L2) wv = load_pack<V>(weight + c);
+        if (KIND == LAYER) {
+          prefetch_l1(x + r * n + c);
+          prefetch_l1(dy + r * n + c);
+        } else {
+          xr[k] = io::load(x + r * n + c);
+          gr[k] = io::load(dy + r * n + c);
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
+      if (next_ok && c < n) {
+        prefetch_l2(x + (r + row_step) * n + c);
+        prefetch_l2(dy + (r + row_step) * n + c);
+      }
+    }
+    float s[2] = {0.0f, 0.0f};  // LAYER/RMS: sum(g), sum(g * xhat); L2: sum(x^2), sum(x * dy)
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) {
+      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
+      if (row_ok && c < n) {
+        float xf[V], gf[V], wf[V];
+        io::unpack(KIND == LAYER ? io::load(x + r * n + c) : xr[k], xf);
+        io::unpack(KIND == LAYER ? io::load(dy + r * n + c) : gr[k], gf);
+        if (KIND != L2) io::unpack(io::load(weight + c), wf);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float xj = Tr::load(xv.v[j]);
-          const float dyj = Tr::load(gv.v[j]);
           if (KIND == L2) {
-            s1 += xj * xj;
-            s2 += xj * dyj;
+            s[0] = __fmaf_rn(xf[j], xf[j], s[0]);
+            s[1] = __fmaf_rn(xf[j], gf[j], s[1]);
           } else {
-            const float xhat = KIND == LAYER ? (xj - mean) * rstd : xj * rstd;
-            const float g = dyj * gamma_of<Tr>(wv.v[j], zero_centered);
-            s1 += g;
-            s2 += g * xhat;
-            acc_w[k][j] += dyj * xhat;
-            acc_b[k][j] += dyj;
+            const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd;
+            const float g = gf[j] * gamma_of(wf[j], zero_centered);
+            if (KIND == LAYER) s[0] += g;
+            s[1] = __fmaf_rn(g, xhat, s[1]);
+            acc_w[k][j] = __fmaf_rn(gf[j], xhat, acc_w[k][j]);
+            if (KIND == LAYER) acc_b[k][j] += gf[j];
           }
         }
       }
     }
-    if (KIND != RMS) s1 = row_sum(s1);
-    s2 = row_sum(s2);
+    if (KIND == RMS) {
+      float s1[1] = {s[1]};
+      row_sums<1>(s1, parity);
+      s[1] = s1[0];
+    } else {
+      row_sums<2>(s, parity);
+    }
+    const float mean_g = s[0] * inv_n, mean_gx = s[1] * inv_n;
+    const float q = KIND == L2 ? s[1] / (s[0] + eps) : 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
       const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
       if (row_ok && c < n) {
-        const Pack<R, V> xv = load_pack<V>(x + r * n + c);
-        const Pack<R, V> gv = load_pack<V>(dy + r * n + c);
-        Pack<R, V> wv, out;
-        if (KIND != L2) wv = load_pack<V>(weight + c);
+        float xf[V], gf[V], wf[V], out[V];
+        io::unpack(KIND == LAYER ? io::reload(x + r * n + c) : xr[k], xf);
+        io::unpack(KIND == LAYER ? io::reload(dy + r * n + c) : gr[k], gf);
+        if (KIND != L2) io::unpack(io::load(weight + c), wf);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
-          const float xj = Tr::load(xv.v[j]);
-          const float dyj = Tr::load(gv.v[j]);
-          float v;
           if (KIND == L2) {
-            v = rstd * (dyj - (xj * s2) / (s1 + eps));
+            out[j] = rstd * (gf[j] - xf[j] * q);
           } else {
-            const float xhat = KIND == LAYER ? (xj - mean) * rstd : xj * rstd;
-            const float g = dyj * gamma_of<Tr>(wv.v[j], zero_centered);
-            const float centered = KIND == LAYER ? g - s1 * inv_n : g;
-            v = rstd * (centered - xhat * (s2 * inv_n));
+            const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd;
+            const float g = gf[j] * gamma_of(wf[j], zero_centered);
+            const float centered = KIND == LAYER ? g - mean_g : g;
+            out[j] = rstd * (centered - xhat * mean_gx);
           }
-          out.v[j] = Tr::store(v);
         }
-        store_pack<V>(dx + r * n + c, out);
+        io::store(dx + r * n + c, io::pack(out));
       }
     }
   }
@@ -248,31 +390,60 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
 }
 
 // out_a[c] = sum_j partial_a[j, c] (and the same for b when given), fp32, rounded once.
+// A block is 32 columns x FINALIZE_STRIPES threads: stripe t sums rows t, t + STRIPES,
+// ... (independent loads), then the stripes' sums are added in stripe order.
+#define FINALIZE_STRIPES 16
 template <class Tr>
 __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_a,
                                               const float* __restrict__ partial_b, i64 parts, i64 n,
                                               typename Tr::raw* __restrict__ out_a,
                                               typename Tr::raw* __restrict__ out_b) {
-  const i64 c = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= n) return;
+  __shared__ float stripe_sum[2][FINALIZE_STRIPES][33];
+  const i64 c = (i64)blockIdx.x * 32 + threadIdx.x;
+  const bool two = partial_b != nullptr;
   float sa = 0.0f, sb = 0.0f;
-  for (i64 j = 0; j < parts; ++j) {
-    sa += partial_a[j * n + c];
-    if (partial_b != nullptr) sb += partial_b[j * n + c];
+  if (c < n) {
+    i64 j = threadIdx.y;
+    for (; j + FINALIZE_STRIPES < parts; j += 2 * FINALIZE_STRIPES) {
+      const float a0 = partial_a[j * n + c], a1 = partial_a[(j + FINALIZE_STRIPES) * n + c];
+      const float b0 = two ? partial_b[j * n + c] : 0.0f;
+      const float b1 = two ? partial_b[(j + FINALIZE_STRIPES) * n + c] : 0.0f;
+      sa += a0;
+      sa += a1;
+      sb += b0;
+      sb += b1;
+    }
+    if (j < parts) {
+      sa += partial_a[j * n + c];
+      if (two) sb += partial_b[j * n + c];
+    }
   }
-  out_a[c] = Tr::store(sa);
-  if (partial_b != nullptr) out_b[c] = Tr::store(sb);
+  stripe_sum[0][threadIdx.y][threadIdx.x] = sa;
+  stripe_sum[1][threadIdx.y][threadIdx.x] = sb;
+  __syncthreads();
+  if (threadIdx.y != 0 || c >= n) return;
+  float ta = 0.0f, tb = 0.0f;
+#pragma unroll
+  for (int t = 0; t < FINALIZE_STRIPES; ++t) {
+    ta += stripe_sum[0][t][threadIdx.x];
+    tb += stripe_sum[1][t][threadIdx.x];
+  }
+  out_a[c] = Tr::store(ta);
+  if (two) out_b[c] = Tr::store(tb);
 }
 
 // ------------------------------------------------------------- entry points
-// Blocks have at most 512 threads. `vec`: 16-byte packs (n % V == 0, 16-byte aligned
-// pointers, n <= 512 * 4 * V); otherwise single elements (n <= 512 * 8).
+// Blocks have at most 512 threads (MAX_BLOCK_WARPS warps) and at most 64 registers a
+// thread, so that two such blocks, or four of 256 threads, fit on an SM. `vec`:
+// 16-byte packs (n % V == 0, 16-byte aligned pointers, n <= 512 * 4 * V); otherwise
+// single elements (n <= 512 * 8). Backward kernels keep their gradient accumulators
+// in registers and are bounded by 512 threads only.
 
 #define VEC_PPT 4
 #define SCALAR_PPT 8
 
 #define DEFINE_NORMS(SUFFIX, TR, V)                                                                                 \
-  extern "C" __global__ void __launch_bounds__(512)                                                               \
+  extern "C" __global__ void __launch_bounds__(512, 2)                                                            \
       layer_norm_fwd_##SUFFIX(const TR::raw* x, const TR::raw* w, const TR::raw* b, TR::raw* y, float* mean,       \
                               float* rstd, i64 rows, i64 n, float eps, int zero_centered, int vec) {               \
     if (vec)                                                                                                       \
@@ -280,7 +451,7 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
     else                                                                                                           \
       forward_body<LAYER, TR, 1, SCALAR_PPT>(x, w, b, y, mean, rstd, rows, n, eps, zero_centered != 0);            \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512)                                                               \
+  extern "C" __global__ void __launch_bounds__(512, 2)                                                            \
       rms_norm_fwd_##SUFFIX(const TR::raw* x, const TR::raw* w, TR::raw* y, float* rstd, i64 rows, i64 n,          \
                             float eps, int zero_centered, int vec) {                                               \
     if (vec)                                                                                                       \
@@ -288,7 +459,7 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
     else                                                                                                           \
       forward_body<RMS, TR, 1, SCALAR_PPT>(x, w, nullptr, y, nullptr, rstd, rows, n, eps, zero_centered != 0);     \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512)                                                               \
+  extern "C" __global__ void __launch_bounds__(512, 2)                                                            \
       l2_norm_fwd_##SUFFIX(const TR::raw* x, TR::raw* y, float* rnorm, i64 rows, i64 n, float eps, int vec) {      \
     if (vec)                                                                                                       \
       forward_body<L2, TR, V, VEC_PPT>(x, nullptr, nullptr, y, nullptr, rnorm, rows, n, eps, false);               \
@@ -316,7 +487,7 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
       backward_body<RMS, TR, 1, SCALAR_PPT>(dy, x, nullptr, rstd, w, dx, partial_w, nullptr, rows, n, 0.0f,        \
                                             zero_centered != 0);                                                   \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512)                                                               \
+  extern "C" __global__ void __launch_bounds__(512, 2)                                                            \
       l2_norm_bwd_##SUFFIX(const TR::raw* dy, const TR::raw* x, const float* rnorm, TR::raw* dx, i64 rows, i64 n,  \
                            float eps, int vec) {                                                                   \
     if (vec)                                                                                                       \
@@ -326,7 +497,7 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
       backward_body<L2, TR, 1, SCALAR_PPT>(dy, x, nullptr, rnorm, nullptr, dx, nullptr, nullptr, rows, n, eps,     \
                                            false);                                                                 \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(256)                                                                \
+  extern "C" __global__ void __launch_bounds__(32 * FINALIZE_STRIPES)                                              \
       wgrad_finalize_##SUFFIX(const float* partial_a, const float* partial_b, i64 parts, i64 n, TR::raw* out_a,    \
                               TR::raw* out_b) {                                                                    \
     finalize_body<TR>(partial_a, partial_b, parts, n, out_a, out_b);                                               \

@@ -10,21 +10,31 @@
 //       rounding with the caller's byte per element (formats.e2m1_stochastic_round, op for op);
 //   4over6: base = RN(RN(b / 6) * S_enc), s4 = Q_E4M3(fminf(RN(base * 1.5), 448)), s6 = Q_E4M3(fminf(base, 448)),
 //       both encoded with RN, errors accumulated per block in element order (MAE or MSE), the 16 row
-//       errors of a 2D tile summed by the tree (r, r+8) -> (r, r+4) -> (r, r+2) -> (r, r+1)
-//       (= xor-shuffles 8, 4, 2, 1); map-to-4 iff err4 < err6.
+//       errors of a 2D tile summed by the tree (r, r+8) -> (r, r+4) -> (r, r+2) -> (r, r+1);
+//       map-to-4 iff err4 < err6.
 //   RHT (column-wise, bf16): per 16-chunk along M, y_j = bf16(sum_i x_i * m_ij), summed in ascending i
 //       from +0.0 in fp32; x_i * m_ij = ±RN(x_i * (±0.25)) exactly, so it is formed as a signed add.
-// Data packs element 2j in the low nibble. Scales are written into zero-padded tensors allocated by the
-// caller: row-wise [m, k/16], column-wise [k, m/16].
+// Data packs element 2j in the low nibble. Scales are written into tensors allocated by the caller
+// (zero-padded where the padded shape exceeds the data): row-wise [m, k/16], column-wise [k, m/16].
 //
 // Kernels (suffix = input or output element type):
-//   nvfp4_quantize_*     one 64 x (512 bytes of x) tile per block of 256 threads, staged in shared memory
-//                        with 16-byte loads; row-wise tasks (row, 16-block) and column-wise tasks
-//                        (column, 16-row chunks) read the tile; 2D tiles and 4over6 trees are half-warp
-//                        shuffles. Output: 8 bytes per block and task.
-//   nvfp4_rht_amax_bf16  thread per (column, 16-row chunk): amax of x and of the bf16 RHT outputs.
-//   nvfp4_dequantize_*   row-wise: 16 elements (8 bytes) per thread and step; column-wise: 64x64
-//                        tiles transposed through shared memory.
+//   nvfp4_amax_*            pass 1: streaming NaN-skipping amax (4 x 16-byte loads per thread and step).
+//   nvfp4_rht_amax_bf16     pass 1 with the column-wise RHT: amax of x and of the bf16 RHT outputs
+//                           (a thread takes 4 columns x 16 rows, read as 8-byte loads).
+//   nvfp4_quantize_<v>_*    pass 2, one kernel per option set <v> (std, 2d, sr, 2d_sr, rht, sr_rht, 4o6,
+//                           4o6_2d): persistent blocks walk 64-row x 256-byte tiles (last tile first, so
+//                           pass 1's most recent lines are still in L2); tiles are staged in shared memory
+//                           by a double-buffered cp.async pipeline (one barrier per tile, XOR-swizzled
+//                           16-byte chunks: conflict-free for both passes); row-wise 16-blocks and column-wise
+//                           (2 columns x 16 rows) blocks are read from the stage; every thread writes
+//                           8-byte code groups that its neighbours complete to whole 32-byte sectors.
+//   nvfp4_dequantize_*      row-wise: a thread per 16-block, decoded through byte-permute tables; the
+//                           column-wise copy through 64 x 128 shared-memory tiles of bf16/fp16 pairs.
+//
+// Fast paths (bit-identical by construction, see each helper): block amaxes as packed 16-bit integer
+// maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
+// the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes from
+// three saturating fused multiply-adds (e2m1_rne_acc), packed with shifts.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -49,6 +59,12 @@ typedef long long i64;
         asm(ptx " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));                         \
         return r;                                                                   \
     }
+#define F32_TERNARY(name, ptx, expr)                                                \
+    __device__ __forceinline__ float name(float a, float b, float c) {              \
+        float r;                                                                    \
+        asm(ptx " %0, %1, %2, %3;" : "=f"(r) : "f"(a), "f"(b), "f"(c));             \
+        return r;                                                                   \
+    }
 #define F32_COMPARE(name, cmp, expr)                                                \
     __device__ __forceinline__ bool name(float a, float b) {                        \
         unsigned r;                                                                 \
@@ -59,7 +75,9 @@ typedef long long i64;
 #else
 #define F32_UNARY(name, ptx, expr) __device__ __forceinline__ float name(float a) { return expr; }
 #define F32_BINARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b) { return expr; }
+#define F32_TERNARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b, float c) { return expr; }
 #define F32_COMPARE(name, cmp, expr) __device__ __forceinline__ bool name(float a, float b) { return expr; }
+__device__ __forceinline__ float host_sat(float r) { return r != r ? 0.0f : (r < 0.0f ? 0.0f : (r > 1.0f ? 1.0f : r)); }
 #endif
 F32_BINARY(f32_mul, "mul.rn.f32", a * b)
 F32_BINARY(f32_add, "add.rn.f32", a + b)
@@ -73,6 +91,11 @@ F32_UNARY(f32_rint, "cvt.rni.f32.f32", rintf(a))
 F32_COMPARE(f32_lt, "lt", a < b)
 F32_COMPARE(f32_gt, "gt", a > b)
 F32_COMPARE(f32_eq, "eq", a == b)
+// Saturating forms (result clamped to [0, 1], NaN to +0) and the fused multiply-add: used only by
+// e2m1_rne_acc, whose every step is exact or a single rounding of an exact value (see there).
+F32_BINARY(f32_mul_sat, "mul.rn.sat.f32", host_sat(a * b))
+F32_TERNARY(f32_fma, "fma.rn.f32", fmaf(a, b, c))
+F32_TERNARY(f32_fma_sat, "fma.rn.sat.f32", host_sat(fmaf(a, b, c)))
 // Truncation of a non-negative fp32 value to u32 (cvt.rzi, without .ftz).
 #ifdef __CUDA_ARCH__
 __device__ __forceinline__ u32 f32_to_u32_rz(float a) {
@@ -80,8 +103,35 @@ __device__ __forceinline__ u32 f32_to_u32_rz(float a) {
     asm("cvt.rzi.u32.f32 %0, %1;" : "=r"(r) : "f"(a));
     return r;
 }
+// Per 16-bit half: unsigned maximum, minimum and wrapping sum.
+__device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
+    u32 r;
+    asm("max.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 min_u16x2(u32 a, u32 b) {
+    u32 r;
+    asm("min.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 add_u16x2(u32 a, u32 b) {
+    u32 r;
+    asm("add.u16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
 #else
 __device__ __forceinline__ u32 f32_to_u32_rz(float a) { return (u32)a; }
+__device__ __forceinline__ u32 max_u16x2(u32 a, u32 b) {
+    const u32 lo = (a & 0xFFFFu) > (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+    const u32 hi = (a >> 16) > (b >> 16) ? (a >> 16) : (b >> 16);
+    return lo | (hi << 16);
+}
+__device__ __forceinline__ u32 min_u16x2(u32 a, u32 b) {
+    const u32 lo = (a & 0xFFFFu) < (b & 0xFFFFu) ? (a & 0xFFFFu) : (b & 0xFFFFu);
+    const u32 hi = (a >> 16) < (b >> 16) ? (a >> 16) : (b >> 16);
+    return lo | (hi << 16);
+}
+__device__ __forceinline__ u32 add_u16x2(u32 a, u32 b) { return ((a + b) & 0xFFFFu) | (((a >> 16) + (b >> 16)) << 16); }
 #endif
 
 #define FLT_MAX_F 3.40282347e+38f
@@ -136,10 +186,11 @@ __device__ __forceinline__ bool is_inf(float v) { return (__float_as_uint(v) & 0
 __device__ __forceinline__ bool sign_bit(float v) { return (__float_as_uint(v) >> 31) != 0u; }
 
 // ------------------------------------------------------------------ E2M1 (formats.e2m1_*)
+// Exact decode, built from bits: magnitude codes 2..7 are 1, 1.5, 2, 3, 4, 6 = ((c + 252) << 22) as fp32 bits.
 __device__ __forceinline__ float e2m1_to_f32(u32 code) {
     const u32 c = code & 7u;
-    const float magnitude = c < 4u ? f32_mul(0.5f, (float)c) : (c < 6u ? (float)(c - 2u) : (c == 6u ? 4.0f : 6.0f));
-    return __uint_as_float(__float_as_uint(magnitude) | ((code & 8u) << 28));  // code 8 is -0.0
+    const u32 magnitude = c >= 2u ? (c + 252u) << 22 : (c == 1u ? 0x3F000000u : 0u);
+    return __uint_as_float(magnitude | ((code & 8u) << 28));  // code 8 is -0.0
 }
 
 __device__ __forceinline__ u32 e2m1_with_sign(u32 magnitude_code, float v) {
@@ -193,89 +244,9 @@ __device__ __forceinline__ float block_encode_multiplier(u32 s_b, float s_dec) {
     return f32_min(f32_div(1.0f, f32_mul(e4m3_to_f32(s_b), s_dec)), FLT_MAX_F);
 }
 
-__device__ __forceinline__ float half_warp_max(float a) {
-#pragma unroll
-    for (int o = 1; o < 16; o <<= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
-    return a;
-}
-
-// Sum of the 16 lanes' values in the reference's tree order (all lanes get the sum).
-__device__ __forceinline__ float half_warp_tree_sum(float e) {
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) e = f32_add(e, __shfl_xor_sync(0xffffffffu, e, o));
-    return e;
-}
-
-struct Options {
-    int two_d, use_4over6, mse;
-    float six_e;  // fl(6 * E)
-};
-
-// Sequential error of one 4over6 candidate: val = RN(RN(RN(e2m1(q_i) * s_c) * A) / fl(6E)).
-__device__ __forceinline__ float candidate_error(const float (&v)[16], const u32 (&codes)[16], float scale, float amax,
-                                                 const Options& o) {
-    float err = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        const float val = f32_div(f32_mul(f32_mul(e2m1_to_f32(codes[i]), scale), amax), o.six_e);
-        const float diff = f32_sub(val, v[i]);
-        err = f32_add(err, o.mse ? f32_mul(diff, diff) : f32_abs(diff));
-    }
-    return err;
-}
-
-// Quantize one block of 16 values: returns the scale byte, codes packed in *lo (elements 0-7), *hi (8-15).
-// 2D blocks reduce over the half-warp, so every lane of a warp must call this together.
-__device__ __forceinline__ u32 quantize_block(const float (&v)[16], bool sr, const u32 (&rnd)[4], float amax,
-                                              GlobalScale gs, const Options& o, u32* lo, u32* hi) {
-    float b = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) b = f32_max(b, f32_abs(v[i]));
-    if (o.two_d) b = half_warp_max(b);
-    u32 codes[16];
-    u32 s_b;
-    if (!o.use_4over6) {
-        s_b = cast_e4m3(f32_min(f32_mul(b, f32_mul(gs.enc, __uint_as_float(FL_ONE_SIXTH))), FLT_MAX_F));
-        const float enc = block_encode_multiplier(s_b, gs.dec);
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            const float x = f32_mul(v[i], enc);
-            codes[i] = sr ? e2m1_sr(x, (rnd[i >> 2] >> (8 * (i & 3))) & 0xFFu) : e2m1_rne(x);
-        }
-    } else {
-        const float base = f32_mul(f32_div(b, 6.0f), gs.enc);
-        const u32 s4 = cast_e4m3(f32_min(f32_mul(base, 1.5f), 448.0f));
-        const u32 s6 = cast_e4m3(f32_min(base, 448.0f));
-        const float enc4 = block_encode_multiplier(s4, gs.dec), enc6 = block_encode_multiplier(s6, gs.dec);
-        u32 codes4[16];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) {
-            codes4[i] = e2m1_rne(f32_mul(v[i], enc4));
-            codes[i] = e2m1_rne(f32_mul(v[i], enc6));
-        }
-        float err4 = candidate_error(v, codes4, e4m3_to_f32(s4), amax, o);
-        float err6 = candidate_error(v, codes, e4m3_to_f32(s6), amax, o);
-        if (o.two_d) {
-            err4 = half_warp_tree_sum(err4);
-            err6 = half_warp_tree_sum(err6);
-        }
-        const bool map4 = f32_lt(err4, err6);  // ties and NaN errors choose map-to-6
-        s_b = map4 ? s4 : s6;
-        if (map4)
-#pragma unroll
-            for (int i = 0; i < 16; ++i) codes[i] = codes4[i];
-    }
-    *lo = *hi = 0u;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        *lo |= codes[i] << (4 * i);
-        *hi |= codes[i + 8] << (4 * i);
-    }
-    return s_b;
-}
-
-// hadamard_transform_16 on one chunk, in place; inputs and outputs are bf16 values held as fp32.
-__device__ __forceinline__ void rht16(float (&v)[16], int sign_mask) {
+// hadamard_transform_16 on one chunk, in place, in the reference's order; inputs and outputs are bf16
+// values held as fp32.
+__device__ __forceinline__ void rht16_sequential(float (&v)[16], int sign_mask) {
     float p[16];
 #pragma unroll
     for (int i = 0; i < 16; ++i)
@@ -289,37 +260,242 @@ __device__ __forceinline__ void rht16(float (&v)[16], int sign_mask) {
     }
 }
 
-// ------------------------------------------------------------------ quantize
-#define TILE_ROWS 64
-#define TILE_BYTES 512                    // bytes of one tile row of x
-#define ROW_PITCH (TILE_BYTES + 16)       // shared-memory row pitch (keeps 16-byte reads conflict-light)
-#define THREADS 256
-
-template <typename T>
-__device__ __forceinline__ float tile_elem(const u8* tile, int r, int c) {
-    return to_f32(*reinterpret_cast<const T*>(tile + r * ROW_PITCH + c * (int)sizeof(T)));
-}
-
-// The 16 elements of tile row r from column c0 (16-byte aligned), read as 16-byte vectors.
-template <typename T>
-__device__ __forceinline__ void tile_row16(const u8* tile, int r, int c0, float (&v)[16]) {
-    const uint4* p = reinterpret_cast<const uint4*>(tile + r * ROW_PITCH + c0 * (int)sizeof(T));
-    if constexpr (sizeof(T) == 4) {
+// The same by the fast Walsh-Hadamard transform (4 butterfly stages, 64 additions), for a chunk whose every
+// signed partial sum is exact (rht_exact): then each of the reference's sums is the exact value
+// 0.25 * sum_i s_i H_ij x_i whatever the order, and so is every butterfly output; the final
+// fma(z, 0.25, +0) scales exactly and turns an exact zero into +0.0, as the reference's sum from +0.0 gives.
+template <bool SIGNS>
+__device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
+    float z[16];
 #pragma unroll
-        for (int w = 0; w < 4; ++w) {
-            const uint4 q = p[w];
-            v[4 * w] = __uint_as_float(q.x); v[4 * w + 1] = __uint_as_float(q.y);
-            v[4 * w + 2] = __uint_as_float(q.z); v[4 * w + 3] = __uint_as_float(q.w);
-        }
-    } else {
+    for (int i = 0; i < 16; ++i)
+        z[i] = (SIGNS && ((RHT_NEGATIVE_SIGNS >> i) & 1u)) ? __uint_as_float(__float_as_uint(v[i]) ^ 0x80000000u) : v[i];
 #pragma unroll
-        for (int w = 0; w < 2; ++w) {
-            const uint4 q = p[w];
-            const u32 words[4] = {q.x, q.y, q.z, q.w};
+    for (int b = 1; b < 16; b <<= 1) {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) v[8 * w + j] = bits16_to_f32<T>((words[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
+        for (int i = 0; i < 16; ++i) {
+            if (i & b) continue;
+            const float lo = z[i], hi = z[i | b];
+            z[i] = f32_add(lo, hi);
+            z[i | b] = f32_sub(lo, hi);
         }
     }
+#pragma unroll
+    for (int j = 0; j < 16; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(f32_fma(z[j], 0.25f, 0.0f)));
+}
+
+// Whether every signed partial sum of a chunk of 16 bf16 values is exact in fp32, from the chunk's largest
+// |x| bits (max_bits) and smallest nonzero |x| bits minus one (min_key; 0xFFFF when all are zero). All
+// values are multiples of 2^(e_min - 134) (e_min: smallest nonzero exponent field, subnormals as 1) and every
+// partial sum is below 16 * 2^(e_max - 126) = 2^(e_max - 122): exact when that is at most 2^24 units, i.e.
+// e_max - e_min <= 12, and finite when e_max <= 250 (which also excludes infinities and NaNs).
+__device__ __forceinline__ bool rht_exact(u32 max_bits, u32 min_key) {
+    const u32 e_max = max_bits >> 7, e_min = (min_key + 1u) >> 7;
+    return e_max <= 250u && e_max <= (e_min > 1u ? e_min : 1u) + 12u;
+}
+
+__device__ __forceinline__ void rht16(float (&v)[16], int sign_mask, bool exact) {
+    if (!exact) rht16_sequential(v, sign_mask);
+    else if (sign_mask) rht16_fwht<true>(v);
+    else rht16_fwht<false>(v);
+}
+
+// Per 16-bit half of the words of 16 rows: max |x| bits and min (|x| bits - 1), for rht_exact.
+__device__ __forceinline__ void rht_exact_keys(const u32 (&w)[16], u32* max_bits, u32* min_key) {
+    u32 mx = 0u, mn = 0xFFFFFFFFu;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const u32 a = w[i] & 0x7FFF7FFFu;
+        mx = max_u16x2(mx, a);
+        mn = min_u16x2(mn, add_u16x2(a, 0xFFFFFFFFu));
+    }
+    *max_bits = mx;
+    *min_key = mn;
+}
+
+// ------------------------------------------------------------------ block encoding
+struct Options {
+    int mse;
+    float six_e;  // fl(6 * E)
+};
+
+// Per orientation: the global amax A, S_enc, S_dec and the standard scale multiplier RN(S_enc * fl(1/6)).
+struct Pass {
+    float amax, enc, dec, mult;
+};
+
+__device__ __forceinline__ Pass make_pass(float amax, float six_e) {
+    const GlobalScale gs = global_scale(amax, six_e);
+    return {amax, gs.enc, gs.dec, f32_mul(gs.enc, __uint_as_float(FL_ONE_SIXTH))};
+}
+
+// E2M1 RNE of |v| (v not NaN), returned as the fp32 bits of M + code with M = 1.5 * 2^23 (ulp 1):
+//   code = rint(min(2a, 4)) + rint(clamp(a - 2, 0, 2)) + rint(clamp(a/2 - 2, 0, 1)),  a = |v|,
+// i.e. RNE on each binade of the grid (step .5 below 2, 1 on [2, 4], 2 on [4, 6], saturating at 6).
+// Every step is exact or one rounding of an exact value: sat(a * .5) * 4 = min(2a, 4) (a / 2 is exact
+// except for subnormal a, whose code is 0 either way); fma(a, .5, -1) = (a - 2) / 2 exactly on [2, 4] and
+// fma(a, .5, -2) = a/2 - 2 exactly on [4, 6] (saturated to 0 or 1 outside); each accumulation rounds an
+// exact sum to the integer grid once, and whenever a term is a tie the accumulated integer part is even
+// (M, M + 4 or M + 6), so ties-to-even on the sum is ties-to-even on the term. A NaN saturates to 0, so
+// blocks holding a NaN take e2m1_rne. Equal to e2m1_rne on every non-NaN fp32 input (checked exhaustively).
+#define E2M1_ACC_MAGIC 12582912.0f      // 1.5 * 2^23
+#define E2M1_ACC_PACK_BIAS 0x3F400000u  // sum over i < 8 of (bits(M) << 4i), modulo 2^32
+__device__ __forceinline__ u32 e2m1_rne_acc(float v) {
+    const float a = f32_abs(v);
+    float acc = f32_fma(f32_mul_sat(a, 0.5f), 4.0f, E2M1_ACC_MAGIC);
+    acc = f32_fma(f32_fma_sat(a, 0.5f, -1.0f), 2.0f, acc);
+    acc = f32_add(acc, f32_fma_sat(a, 0.5f, -2.0f));
+    return __float_as_uint(acc);
+}
+
+// Sign bits of a 16-block at the code sign positions (bit 4i+3 of lo for element i < 8, of hi for 8..15).
+struct Signs {
+    u32 lo, hi;
+};
+
+__device__ __forceinline__ Signs signs_of(const float (&v)[16]) {
+    Signs s = {0u, 0u};
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        s.lo |= (__float_as_uint(v[i]) >> 31) << (4 * i + 3);
+        s.hi |= (__float_as_uint(v[i + 8]) >> 31) << (4 * i + 3);
+    }
+    return s;
+}
+
+// The same from 16-bit elements held in pairs: element 2j in the low half of word j (row-wise blocks).
+// Element 2j+1's sign is bit 7 of byte 3 of word j and goes to bit 7 of byte j; element 2j's is bit 7 of
+// byte 1 and goes to bit 3 of byte j: two byte gathers per 8 elements and a shift.
+__device__ __forceinline__ u32 signs8_of_pairs(u32 w0, u32 w1, u32 w2, u32 w3) {
+    const u32 p = __byte_perm(w0, w1, 0x7531), q = __byte_perm(w2, w3, 0x7531);  // bytes 1 and 3 of each
+    return (__byte_perm(p, q, 0x7531) & 0x80808080u) | ((__byte_perm(p, q, 0x6420) >> 4) & 0x08080808u);
+}
+
+// Column-wise blocks of 16-bit elements: row i's word holds columns 0 (low half) and 1 (high half) of the
+// two blocks; rows 2j+1 land on bit 7 and rows 2j on bit 3 of byte j (byte 1 or 3 of each row word).
+__device__ __forceinline__ void signs8_of_rows(const u32* w, u32* col0, u32* col1) {
+    const u32 pe = __byte_perm(w[0], w[2], 0x7531), qe = __byte_perm(w[4], w[6], 0x7531);
+    const u32 po = __byte_perm(w[1], w[3], 0x7531), qo = __byte_perm(w[5], w[7], 0x7531);
+    *col0 = (__byte_perm(po, qo, 0x6420) & 0x80808080u) | ((__byte_perm(pe, qe, 0x6420) >> 4) & 0x08080808u);
+    *col1 = (__byte_perm(po, qo, 0x7531) & 0x80808080u) | ((__byte_perm(pe, qe, 0x7531) >> 4) & 0x08080808u);
+}
+
+// Codes of RN(v_i * enc) for a NaN-free block (enc > 0 and finite, so the sign of the product, -0
+// included, is the sign of v_i): magnitudes from e2m1_rne_acc, sign bits from sg (the signs of v).
+__device__ __forceinline__ void encode16_rne(const float (&v)[16], float enc, Signs sg, u32* lo, u32* hi) {
+    u32 l = 0u, h = 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        l += e2m1_rne_acc(f32_mul(v[i], enc)) << (4 * i);
+        h += e2m1_rne_acc(f32_mul(v[i + 8], enc)) << (4 * i);
+    }
+    *lo = (l - E2M1_ACC_PACK_BIAS) | sg.lo;
+    *hi = (h - E2M1_ACC_PACK_BIAS) | sg.hi;
+}
+
+// Any block (NaN included): e2m1_rne, or the stochastic rounding with the caller's bytes.
+template <bool SR>
+__device__ __forceinline__ void encode16_generic(const float (&v)[16], float enc, const u32 (&rnd)[4], u32* lo,
+                                                 u32* hi) {
+    u32 l = 0u, h = 0u;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const float x = f32_mul(v[i], enc);
+        const u32 code = SR ? e2m1_sr(x, (rnd[i >> 2] >> (8 * (i & 3))) & 0xFFu) : e2m1_rne(x);
+        if (i < 8) l |= code << (4 * i);
+        else h |= code << (4 * (i - 8));
+    }
+    *lo = l;
+    *hi = h;
+}
+
+// NaN-skipping amax of 16 values from 0 (fmaxf order does not matter for a maximum).
+__device__ __forceinline__ float amax16(const float (&v)[16]) {
+    float b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) b = f32_max(b, f32_abs(v[i]));
+    return b;
+}
+
+// amax16 through the integer maximum of |v| bits (non-negative floats order as integers); *nan when
+// the block holds a NaN (bits above infinity), and then the float form.
+__device__ __forceinline__ float amax16_nan(const float (&v)[16], bool* nan) {
+    u32 m = 0u;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const u32 a = __float_as_uint(v[i]) & 0x7FFFFFFFu;
+        m = a > m ? a : m;
+    }
+    *nan = m > 0x7F800000u;
+    return *nan ? amax16(v) : __uint_as_float(m);
+}
+
+// Maximum over the lanes of a group of `width` (a power of two <= 16, aligned) lanes.
+template <int WIDTH>
+__device__ __forceinline__ float group_max(float a) {
+#pragma unroll
+    for (int o = 1; o < WIDTH; o <<= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
+    return a;
+}
+
+// Sequential error of one 4over6 candidate (packed codes): val = RN(RN(RN(e2m1(q_i) * s_c) * A) / fl(6E)).
+__device__ __forceinline__ float candidate_error(const float (&v)[16], u32 lo, u32 hi, float scale, float amax,
+                                                 const Options& o) {
+    float err = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const u32 code = ((i < 8 ? lo : hi) >> (4 * (i & 7))) & 15u;
+        const float val = f32_div(f32_mul(f32_mul(e2m1_to_f32(code), scale), amax), o.six_e);
+        const float diff = f32_sub(val, v[i]);
+        err = f32_add(err, o.mse ? f32_mul(diff, diff) : f32_abs(diff));
+    }
+    return err;
+}
+
+struct Candidates {
+    u32 s4, s6, lo4, hi4, lo6, hi6;
+    float err4, err6;
+};
+
+// Both 4over6 candidates of one block; the caller sums 2D errors over the tile and picks.
+__device__ __forceinline__ Candidates four_over_six(const float (&v)[16], float b, bool has_nan, Signs sg,
+                                                    const Pass& ps, const float* enc_tab, const Options& o) {
+    Candidates c;
+    const float base = f32_mul(f32_div(b, 6.0f), ps.enc);
+    c.s4 = cast_e4m3(f32_min(f32_mul(base, 1.5f), 448.0f));
+    c.s6 = cast_e4m3(f32_min(base, 448.0f));
+    const float enc4 = enc_tab[c.s4], enc6 = enc_tab[c.s6];
+    const u32 none[4] = {0u, 0u, 0u, 0u};
+    if (has_nan) {
+        encode16_generic<false>(v, enc4, none, &c.lo4, &c.hi4);
+        encode16_generic<false>(v, enc6, none, &c.lo6, &c.hi6);
+    } else {
+        encode16_rne(v, enc4, sg, &c.lo4, &c.hi4);
+        encode16_rne(v, enc6, sg, &c.lo6, &c.hi6);
+    }
+    c.err4 = candidate_error(v, c.lo4, c.hi4, e4m3_to_f32(c.s4), ps.amax, o);
+    c.err6 = candidate_error(v, c.lo6, c.hi6, e4m3_to_f32(c.s6), ps.amax, o);
+    return c;
+}
+
+// The chosen candidate: map-to-4 iff err4 < err6 (ties and NaN errors choose map-to-6).
+__device__ __forceinline__ u32 pick(const Candidates& c, u32* lo, u32* hi) {
+    const bool map4 = f32_lt(c.err4, c.err6);
+    *lo = map4 ? c.lo4 : c.lo6;
+    *hi = map4 ? c.hi4 : c.hi6;
+    return map4 ? c.s4 : c.s6;
+}
+
+// Scale byte and codes of one block whose amax (2D: tile amax) is b; 4over6 is handled by the callers.
+template <bool SR>
+__device__ __forceinline__ u32 encode_standard(const float (&v)[16], float b, bool has_nan, Signs sg,
+                                               const u32 (&rnd)[4], const Pass& ps, const float* enc_tab, u32* lo,
+                                               u32* hi) {
+    const u32 s_b = cast_e4m3(f32_min(f32_mul(b, ps.mult), FLT_MAX_F));  // in [0, 0x7E]: b >= 0, not NaN
+    const float enc = enc_tab[s_b];  // = block_encode_multiplier(s_b, S_dec)
+    if (SR || has_nan) encode16_generic<SR>(v, enc, rnd, lo, hi);
+    else encode16_rne(v, enc, sg, lo, hi);
+    return s_b;
 }
 
 __device__ __forceinline__ void load_random(const u8* __restrict__ base, u32 (&rnd)[4]) {
@@ -327,84 +503,281 @@ __device__ __forceinline__ void load_random(const u8* __restrict__ base, u32 (&r
     rnd[0] = w.x; rnd[1] = w.y; rnd[2] = w.z; rnd[3] = w.w;
 }
 
-template <typename T>
-__device__ void nvfp4_quantize_impl(const T* __restrict__ x, int M, int K,
-                                    u8* __restrict__ row_data, u8* __restrict__ row_scale, int row_ld,
-                                    const float* __restrict__ row_amax, const u8* __restrict__ row_rand,
-                                    u8* __restrict__ col_data, u8* __restrict__ col_scale, int col_ld,
-                                    const float* __restrict__ col_amax, const u8* __restrict__ col_rand,
-                                    Options o, int rht, int sign_mask) {
-    constexpr int TC = TILE_BYTES / (int)sizeof(T);  // tile columns: 256 (16-bit) or 128 (fp32)
-    constexpr int NB = TC / 16;                      // 16-blocks per tile row
-    constexpr int VEC = 16 / (int)sizeof(T);         // elements per 16-byte load
-    __shared__ __align__(16) u8 tile[TILE_ROWS * ROW_PITCH];
+// ------------------------------------------------------------------ cp.async
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+    const u32 s = (u32)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+#else
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+    for (int i = 0; i < 16; ++i) ((u8*)smem)[i] = i < src_bytes ? ((const u8*)gmem)[i] : (u8)0;
+}
+__device__ __forceinline__ void cp_async_commit() {}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {}
+#endif
 
-    const int n_tk = (K + TC - 1) / TC;
-    const int m0 = (blockIdx.x / n_tk) * TILE_ROWS, k0 = (blockIdx.x % n_tk) * TC;
-    const int t = threadIdx.x;
+// ------------------------------------------------------------------ quantize (pass 2)
+#define THREADS 256
+#define QROWS 64                            // tile rows
+#define QROW_BYTES 256                      // bytes of x per tile row (128 bf16/fp16 or 64 fp32 columns)
+#define QSTAGES 2
+#define QSTAGE_BYTES (QROWS * QROW_BYTES)   // 16 KiB
 
-    // Stage the tile (out-of-bounds elements read as zero; K % 16 == 0 keeps vectors whole).
-#pragma unroll
-    for (int it = 0; it < TILE_ROWS * (TILE_BYTES / 16) / THREADS; ++it) {
-        const int idx = t + THREADS * it;
-        const int r = idx / (TILE_BYTES / 16), seg = idx % (TILE_BYTES / 16);
-        const int m = m0 + r, k = k0 + seg * VEC;
-        uint4 w = make_uint4(0u, 0u, 0u, 0u);
-        if (m < M && k < K) w = *reinterpret_cast<const uint4*>(x + (i64)m * K + k);
-        *reinterpret_cast<uint4*>(tile + r * ROW_PITCH + seg * 16) = w;
-    }
-    __syncthreads();
+// Byte offset of 16-byte chunk ch (0..15) of tile row r: chunks XOR-swizzled by (2 * ((r >> 4) & 3)) ^ (r & 7),
+// so that the row pass (8 lanes on 8 consecutive rows, one chunk each), the column pass (8 lanes on 8
+// consecutive words of rows 16c + i, c = 0..3, or 16 words of two chunk rows) and the cp.async writes
+// (8 lanes on one row's chunks) each touch 32 distinct banks per 128 bytes.
+__device__ __forceinline__ int chunk_offset(int r, int ch) {
+    return r * QROW_BYTES + ((ch ^ ((((r >> 4) & 3) << 1) ^ (r & 7))) << 4);
+}
 
-    if (row_data != nullptr) {
-        const float amax = *row_amax;
-        const GlobalScale gs = global_scale(amax, o.six_e);
+struct QArgs {
+    const void* x;
+    int M, K;
+    u8* row_data;
+    u8* row_scale;
+    int row_ld;
+    const float* row_amax;
+    const u8* row_rand;
+    u8* col_data;
+    u8* col_scale;
+    int col_ld;
+    const float* col_amax;
+    const u8* col_rand;
+    Options o;
+    int sign_mask;
+};
+
+template <typename T> struct Bits16;
+template <> struct Bits16<__nv_bfloat16> { static constexpr u32 inf = 0x7F80u; };
+template <> struct Bits16<__half> { static constexpr u32 inf = 0x7C00u; };
+
+// Row-wise 16-blocks of one staged tile. Lane mapping: 8 lanes on 8 rows of one block (1D), or 16 lanes on
+// the 16 rows of a 16x16 tile (2D: tile amax and 4over6 error tree by xor-shuffles within the 16 lanes).
+template <typename T, bool TWO_D, bool SR, bool FOUR6>
+__device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const QArgs& a, const Pass& ps,
+                                         const float* enc_tab) {
+    constexpr int CH = (int)sizeof(T);          // 16-byte chunks per block
+    constexpr int NB = QROW_BYTES / (16 * CH);  // blocks per tile row: 8 or 4
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 #pragma unroll 1
-        for (int q = t; q < TILE_ROWS * NB; q += THREADS) {
-            // 2D: a half-warp holds the 16 rows of one tile; otherwise lanes walk along a row.
-            const int r = o.two_d ? (q / (16 * NB)) * 16 + (q & 15) : q / NB;
-            const int b = o.two_d ? (q / 16) % NB : q % NB;
-            const int m = m0 + r, kb = k0 / 16 + b;
-            const bool valid = m < M && 16 * kb < K;
-            float v[16];
-            tile_row16<T>(tile, r, 16 * b, v);
-            u32 rnd[4] = {0u, 0u, 0u, 0u};
-            const bool sr = row_rand != nullptr;
-            if (sr && valid) load_random(row_rand + (i64)m * K + 16 * kb, rnd);
-            u32 lo, hi;
-            const u32 s_b = quantize_block(v, sr, rnd, amax, gs, o, &lo, &hi);
-            if (valid) {
-                *reinterpret_cast<uint2*>(row_data + (i64)m * (K / 2) + 8 * kb) = make_uint2(lo, hi);
-                row_scale[(i64)m * row_ld + kb] = (u8)s_b;
-            }
+    for (int j = 0; j < NB / 4; ++j) {
+        const int r = TWO_D ? 16 * (warp & 3) + (lane & 15) : 8 * warp + (lane & 7);
+        const int b = TWO_D ? (lane >> 4) + 2 * (warp >> 2) + 4 * j : (lane >> 3) + 4 * j;
+        const int m = m0 + r, kb = (k0 >> 4) + b;
+        const bool valid = m < a.M && 16 * kb < a.K;
+        u32 rnd[4] = {0u, 0u, 0u, 0u};
+        if (SR && valid) load_random(a.row_rand + (i64)m * a.K + 16 * kb, rnd);
+        u32 w[4 * CH];
+#pragma unroll
+        for (int q = 0; q < CH; ++q) {
+            const uint4 c = *reinterpret_cast<const uint4*>(st + chunk_offset(r, CH * b + q));
+            w[4 * q] = c.x; w[4 * q + 1] = c.y; w[4 * q + 2] = c.z; w[4 * q + 3] = c.w;
         }
-    }
-    if (col_data != nullptr) {
-        const float amax = *col_amax;
-        const GlobalScale gs = global_scale(amax, o.six_e);
-        constexpr int CHUNKS = TILE_ROWS / 16 * TC / THREADS;  // chunks per thread: 4 (16-bit) or 2 (fp32)
-        const int c = t % TC, k = k0 + c;
-#pragma unroll 1
-        for (int j = 0; j < CHUNKS; ++j) {
-            const int chunk = (t / TC) * CHUNKS + j;
-            const int m = m0 + 16 * chunk;  // first row of the chunk; M % 16 == 0
-            const bool valid = k < K && m < M;
-            float v[16];
+        float v[16];
+        float bmax;
+        bool has_nan;
+        Signs sg;
+        if constexpr (sizeof(T) == 2) {
+            sg.lo = signs8_of_pairs(w[0], w[1], w[2], w[3]);
+            sg.hi = signs8_of_pairs(w[4], w[5], w[6], w[7]);
+            u32 mx = 0u;
 #pragma unroll
-            for (int i = 0; i < 16; ++i) v[i] = tile_elem<T>(tile, 16 * chunk + i, c);
-            if (rht) rht16(v, sign_mask);
-            u32 rnd[4] = {0u, 0u, 0u, 0u};
-            const bool sr = col_rand != nullptr;
-            if (sr && valid) load_random(col_rand + (i64)k * M + m, rnd);
-            u32 lo, hi;
-            const u32 s_b = quantize_block(v, sr, rnd, amax, gs, o, &lo, &hi);
-            if (valid) {
-                *reinterpret_cast<uint2*>(col_data + (i64)k * (M / 2) + m / 2) = make_uint2(lo, hi);
-                col_scale[(i64)k * col_ld + m / 16] = (u8)s_b;
+            for (int i = 0; i < 8; ++i) {
+                v[2 * i] = bits16_to_f32<T>(w[i] & 0xFFFFu);
+                v[2 * i + 1] = bits16_to_f32<T>(w[i] >> 16);
+                mx = max_u16x2(mx, w[i] & 0x7FFF7FFFu);
             }
+            mx = max_u16x2(mx, mx >> 16) & 0xFFFFu;
+            has_nan = mx > Bits16<T>::inf;
+            bmax = has_nan ? amax16(v) : bits16_to_f32<T>(mx);
+        } else {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) v[i] = __uint_as_float(w[i]);
+            bmax = amax16_nan(v, &has_nan);
+            sg = signs_of(v);
+        }
+        if (TWO_D) bmax = group_max<16>(bmax);
+        u32 lo, hi, s_b;
+        if constexpr (FOUR6) {
+            Candidates c = four_over_six(v, bmax, has_nan, sg, ps, enc_tab, a.o);
+            if (TWO_D) {
+#pragma unroll
+                for (int o = 8; o > 0; o >>= 1) {  // rows (r, r+8) -> (r, r+4) -> (r, r+2) -> (r, r+1)
+                    c.err4 = f32_add(c.err4, __shfl_xor_sync(0xffffffffu, c.err4, o));
+                    c.err6 = f32_add(c.err6, __shfl_xor_sync(0xffffffffu, c.err6, o));
+                }
+            }
+            s_b = pick(c, &lo, &hi);
+        } else {
+            s_b = encode_standard<SR>(v, bmax, has_nan, sg, rnd, ps, enc_tab, &lo, &hi);
+        }
+        if (valid) {
+            *reinterpret_cast<uint2*>(a.row_data + (i64)m * (a.K / 2) + 8 * kb) = make_uint2(lo, hi);
+            a.row_scale[(i64)m * a.row_ld + kb] = (u8)s_b;
         }
     }
 }
 
+// Column-wise blocks of one staged tile: a thread takes one 32-bit word column (2 bf16/fp16 columns or one
+// fp32 column) of the 16 rows 16c..16c+15. Lanes: 8 words x 4 chunks (16-bit) or 16 words x 2 chunks (fp32),
+// so the 16 columns of a 2D tile sit in 8 (16) neighbouring lanes and the 4 chunk writes of a column fill
+// one 32-byte sector.
+template <typename T, bool TWO_D, bool SR, bool RHT, bool FOUR6>
+__device__ __forceinline__ void col_pass(const u8* st, int m0, int k0, const QArgs& a, const Pass& ps,
+                                         const float* enc_tab) {
+    constexpr int CPW = 4 / (int)sizeof(T);  // columns per word
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int wd = CPW == 2 ? 8 * warp + (lane & 7) : 16 * (warp >> 1) + (lane & 15);
+    const int c = CPW == 2 ? lane >> 3 : (warp & 1) + 2 * (lane >> 4);
+    const int m = m0 + 16 * c;
+    u32 rnd[CPW][4];
+#pragma unroll
+    for (int h = 0; h < CPW; ++h) {
+        rnd[h][0] = rnd[h][1] = rnd[h][2] = rnd[h][3] = 0u;
+        const int k = k0 + CPW * wd + h;
+        if (SR && k < a.K && m < a.M) load_random(a.col_rand + (i64)k * a.M + m, rnd[h]);
+    }
+    u32 w[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+        w[i] = *reinterpret_cast<const u32*>(st + chunk_offset(16 * c + i, wd >> 2) + 4 * (wd & 3));
+    u32 mx = 0u, keys_max = 0u, keys_min = 0u;
+    if constexpr (CPW == 2 && !RHT) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) mx = max_u16x2(mx, w[i] & 0x7FFF7FFFu);
+    }
+    if constexpr (RHT) rht_exact_keys(w, &keys_max, &keys_min);
+    float v[CPW][16];
+    float bmax[CPW];
+    bool has_nan[CPW];
+    Signs sg[CPW];
+    if constexpr (CPW == 2 && !RHT) {
+        signs8_of_rows(w, &sg[0].lo, &sg[CPW - 1].lo);
+        signs8_of_rows(w + 8, &sg[0].hi, &sg[CPW - 1].hi);
+    }
+#pragma unroll
+    for (int h = 0; h < CPW; ++h) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            if constexpr (CPW == 2) v[h][i] = bits16_to_f32<T>((w[i] >> (16 * h)) & 0xFFFFu);
+            else v[h][i] = __uint_as_float(w[i]);
+        }
+        if constexpr (RHT) rht16(v[h], a.sign_mask, rht_exact((keys_max >> (16 * h)) & 0xFFFFu, (keys_min >> (16 * h)) & 0xFFFFu));
+        if constexpr (CPW == 2 && !RHT) {
+            const u32 bits = (mx >> (16 * h)) & 0xFFFFu;
+            has_nan[h] = bits > Bits16<T>::inf;
+            bmax[h] = has_nan[h] ? amax16(v[h]) : bits16_to_f32<T>(bits);
+        } else {
+            bmax[h] = amax16_nan(v[h], &has_nan[h]);
+            sg[h] = signs_of(v[h]);
+        }
+    }
+    if (TWO_D) {
+        float t = CPW == 2 ? f32_max(bmax[0], bmax[CPW - 1]) : bmax[0];
+        t = group_max<8 * (3 - CPW)>(t);  // 8 lanes x 2 columns, or 16 lanes x 1 column
+#pragma unroll
+        for (int h = 0; h < CPW; ++h) bmax[h] = t;
+    }
+    u32 lo[CPW], hi[CPW], s_b[CPW];
+    if constexpr (FOUR6) {
+        Candidates cd[CPW];
+#pragma unroll
+        for (int h = 0; h < CPW; ++h) cd[h] = four_over_six(v[h], bmax[h], has_nan[h], sg[h], ps, enc_tab, a.o);
+        if (TWO_D) {  // columns (c, c+8) -> (c, c+4) -> (c, c+2) -> (c, c+1) of the tile
+#pragma unroll
+            for (int o = (CPW == 2 ? 4 : 8); o > 0; o >>= 1) {
+#pragma unroll
+                for (int h = 0; h < CPW; ++h) {
+                    cd[h].err4 = f32_add(cd[h].err4, __shfl_xor_sync(0xffffffffu, cd[h].err4, o));
+                    cd[h].err6 = f32_add(cd[h].err6, __shfl_xor_sync(0xffffffffu, cd[h].err6, o));
+                }
+            }
+            if (CPW == 2) {
+                const float e4 = f32_add(cd[0].err4, cd[CPW - 1].err4), e6 = f32_add(cd[0].err6, cd[CPW - 1].err6);
+#pragma unroll
+                for (int h = 0; h < CPW; ++h) {
+                    cd[h].err4 = e4;
+                    cd[h].err6 = e6;
+                }
+            }
+        }
+#pragma unroll
+        for (int h = 0; h < CPW; ++h) s_b[h] = pick(cd[h], &lo[h], &hi[h]);
+    } else {
+#pragma unroll
+        for (int h = 0; h < CPW; ++h)
+            s_b[h] = encode_standard<SR>(v[h], bmax[h], has_nan[h], sg[h], rnd[h], ps, enc_tab, &lo[h], &hi[h]);
+    }
+#pragma unroll
+    for (int h = 0; h < CPW; ++h) {
+        const int k = k0 + CPW * wd + h;
+        if (k < a.K && m < a.M) {
+            *reinterpret_cast<uint2*>(a.col_data + (i64)k * (a.M / 2) + m / 2) = make_uint2(lo[h], hi[h]);
+            a.col_scale[(i64)k * a.col_ld + m / 16] = (u8)s_b[h];
+        }
+    }
+}
+
+// Pass 2: persistent blocks walk the tiles from the last one (pass 1 read the tensor forwards), each tile
+// staged by a double-buffered cp.async pipeline (the next tile loads while this one is processed); one
+// barrier per tile (it also guards the stage being refilled, which every thread finished in the previous
+// iteration).
+template <typename T, bool TWO_D, bool SR, bool RHT, bool FOUR6>
+__device__ __forceinline__ void quantize_tiles(const QArgs& a) {
+    __shared__ __align__(128) u8 stages[QSTAGES][QSTAGE_BYTES];
+    __shared__ float enc_tab[2][128];
+    const int t = threadIdx.x;
+    const bool do_row = a.row_data != nullptr, do_col = a.col_data != nullptr;
+    Pass rp = {0.0f, 1.0f, 1.0f, 0.0f}, cp = rp;
+    if (do_row) rp = make_pass(*a.row_amax, a.o.six_e);
+    if (do_col) cp = make_pass(*a.col_amax, a.o.six_e);
+    if (t < 128) enc_tab[0][t] = block_encode_multiplier((u32)t, rp.dec);
+    else enc_tab[1][t - 128] = block_encode_multiplier((u32)(t - 128), cp.dec);
+
+    constexpr int TC = QROW_BYTES / (int)sizeof(T);  // tile columns
+    constexpr int VEC = 16 / (int)sizeof(T);         // elements per chunk
+    const int n_tk = (a.K + TC - 1) / TC;
+    const int n_tiles = ((a.M + QROWS - 1) / QROWS) * n_tk;
+    const T* x = reinterpret_cast<const T*>(a.x);
+    auto stage = [&](int it) {
+        const int idx = (int)blockIdx.x + it * (int)gridDim.x;
+        if (idx < n_tiles) {
+            const int tile = n_tiles - 1 - idx;
+            const int m0 = (tile / n_tk) * QROWS, k0 = (tile % n_tk) * TC;
+            u8* st = stages[it % QSTAGES];
+#pragma unroll
+            for (int q = 0; q < QSTAGE_BYTES / 16 / THREADS; ++q) {
+                const int id = t + THREADS * q, r = id >> 4, ch = id & 15;
+                const int mm = m0 + r, kk = k0 + ch * VEC;
+                const bool ok = mm < a.M && kk < a.K;  // K % 16 == 0: chunks are whole
+                cp_async16(st + chunk_offset(r, ch), ok ? x + (i64)mm * a.K + kk : x, ok ? 16 : 0);
+            }
+        }
+        cp_async_commit();
+    };
+    stage(0);
+#pragma unroll 1
+    for (int it = 0; (int)blockIdx.x + it * (int)gridDim.x < n_tiles; ++it) {
+        cp_async_wait<0>();
+        __syncthreads();
+        stage(it + 1);
+        const int tile = n_tiles - 1 - ((int)blockIdx.x + it * (int)gridDim.x);
+        const int m0 = (tile / n_tk) * QROWS, k0 = (tile % n_tk) * TC;
+        const u8* st = stages[it % QSTAGES];
+        if (do_row) row_pass<T, TWO_D, SR, FOUR6>(st, m0, k0, a, rp, enc_tab[0]);
+        if (do_col) col_pass<T, TWO_D, SR, RHT, FOUR6>(st, m0, k0, a, cp, enc_tab[1]);
+    }
+}
+
+// ------------------------------------------------------------------ amax (pass 1)
 // Max over the block; the result is valid in thread 0.
 __device__ __forceinline__ float block_max(float m) {
     __shared__ float partial[THREADS / 32];
@@ -422,35 +795,126 @@ __device__ __forceinline__ float block_max(float m) {
     return m;
 }
 
+// Per 16-bit half: NaN-skipping bf16 / fp16 maximum (a NaN operand yields the other operand).
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ u32 max_bf16x2(u32 a, u32 b) {
+    u32 r;
+    asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+__device__ __forceinline__ u32 max_f16x2(u32 a, u32 b) {
+    u32 r;
+    asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
+    return r;
+}
+#else
+template <typename T>
+__device__ __forceinline__ u32 host_max16(u32 a, u32 b, u32 nan) {
+    const float x = bits16_to_f32<T>(a), y = bits16_to_f32<T>(b);
+    return x != x ? (y != y ? nan : b) : (y != y ? a : (y > x ? b : a));
+}
+__device__ __forceinline__ u32 max_bf16x2(u32 a, u32 b) {
+    return host_max16<__nv_bfloat16>(a & 0xFFFFu, b & 0xFFFFu, 0x7FFFu) |
+           (host_max16<__nv_bfloat16>(a >> 16, b >> 16, 0x7FFFu) << 16);
+}
+__device__ __forceinline__ u32 max_f16x2(u32 a, u32 b) {
+    return host_max16<__half>(a & 0xFFFFu, b & 0xFFFFu, 0x7FFFu) | (host_max16<__half>(a >> 16, b >> 16, 0x7FFFu) << 16);
+}
+#endif
+template <typename T> __device__ __forceinline__ u32 max16x2(u32 a, u32 b);
+template <> __device__ __forceinline__ u32 max16x2<__nv_bfloat16>(u32 a, u32 b) { return max_bf16x2(a, b); }
+template <> __device__ __forceinline__ u32 max16x2<__half>(u32 a, u32 b) { return max_f16x2(a, b); }
+
+__device__ __forceinline__ void publish_max(float m, float* out) {
+    if (threadIdx.x == 0 && out != nullptr) atomicMax(reinterpret_cast<unsigned int*>(out), __float_as_uint(m));
+}
+
+// NaN-skipping amax of n16 16-byte vectors into out1 (and out2): 4 independent loads per thread and step;
+// 16-bit types reduce |x| pairwise with the NaN-skipping packed maximum.
+template <typename T>
+__device__ __forceinline__ void amax_impl(const uint4* __restrict__ x, i64 n16, float* out1, float* out2) {
+    const i64 stride = (i64)gridDim.x * THREADS;
+    u32 acc16 = 0u;
+    float acc = 0.0f;
+#pragma unroll 1
+    for (i64 base = (i64)blockIdx.x * THREADS + threadIdx.x; base < n16; base += 4 * stride) {
+        uint4 w[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) w[u] = base + u * stride < n16 ? x[base + u * stride] : make_uint4(0u, 0u, 0u, 0u);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const u32 words[4] = {w[u].x, w[u].y, w[u].z, w[u].w};
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                if constexpr (sizeof(T) == 2) acc16 = max16x2<T>(acc16, words[q] & 0x7FFF7FFFu);
+                else acc = f32_max(acc, f32_abs(__uint_as_float(words[q])));
+            }
+        }
+    }
+    if constexpr (sizeof(T) == 2)
+        acc = f32_max(f32_max(0.0f, bits16_to_f32<T>(acc16 & 0xFFFFu)), bits16_to_f32<T>(acc16 >> 16));
+    acc = block_max(acc);
+    publish_max(acc, out1);
+    publish_max(acc, out2);
+}
+
 // Pass 1 of a column-wise RHT quantization: amax of x (if amax_x) and of the bf16(RHT(x^T)) chunks.
-// A block of 256 threads covers 64 rows x 256 columns; a thread takes one column, four 16-row chunks.
+// A thread takes 4 columns x 16 rows (16 8-byte loads, consecutive lanes on consecutive column groups).
 extern "C" __global__ void __launch_bounds__(THREADS)
     nvfp4_rht_amax_bf16(const __nv_bfloat16* __restrict__ x, int M, int K, int sign_mask, float* amax_x,
                         float* amax_rht) {
-    const int n_tk = (K + THREADS - 1) / THREADS;
-    const int m0 = (blockIdx.x / n_tk) * TILE_ROWS, k = (blockIdx.x % n_tk) * THREADS + threadIdx.x;
-    float ax = 0.0f, ay = 0.0f;
-    if (k < K) {
+    const int groups = K / 4;
+    const i64 n_tasks = (i64)(M / 16) * groups;
+    const i64 stride = (i64)gridDim.x * THREADS;
+    const i64 first = (i64)blockIdx.x * THREADS + threadIdx.x;
+    // (chunk, group) of the task, advanced by the stride without divisions in the loop
+    i64 chunk = first / groups;
+    int group = (int)(first - chunk * groups);
+    const i64 stride_chunks = stride / groups;
+    const int stride_groups = (int)(stride - stride_chunks * groups);
+    float ay = 0.0f;
+    u32 ax16 = 0u;
 #pragma unroll 1
-        for (int chunk = 0; chunk < TILE_ROWS / 16; ++chunk) {
-            const int m = m0 + 16 * chunk;
-            if (m >= M) break;
+    for (i64 task = first; task < n_tasks; task += stride) {
+        const uint2* p = reinterpret_cast<const uint2*>(x + 16 * chunk * K) + group;
+        uint2 w[16];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) w[i] = p[(i64)i * groups];
+#pragma unroll
+        for (int i = 0; i < 16; ++i) ax16 = max_bf16x2(max_bf16x2(ax16, w[i].x & 0x7FFF7FFFu), w[i].y & 0x7FFF7FFFu);
+        u32 wx[16], wy[16], kx_max, kx_min, ky_max, ky_min;
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            wx[i] = w[i].x;
+            wy[i] = w[i].y;
+        }
+        rht_exact_keys(wx, &kx_max, &kx_min);
+        rht_exact_keys(wy, &ky_max, &ky_min);
+#pragma unroll
+        for (int col = 0; col < 4; ++col) {
             float v[16];
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                v[i] = __bfloat162float(x[(i64)(m + i) * K + k]);
-                ax = f32_max(ax, f32_abs(v[i]));
-            }
-            rht16(v, sign_mask);
-#pragma unroll
-            for (int i = 0; i < 16; ++i) ay = f32_max(ay, f32_abs(v[i]));
+            for (int i = 0; i < 16; ++i)
+                v[i] = bits16_to_f32<__nv_bfloat16>(((col < 2 ? wx[i] : wy[i]) >> (16 * (col & 1))) & 0xFFFFu);
+            const int sh = 16 * (col & 1);
+            rht16(v, sign_mask, col < 2 ? rht_exact((kx_max >> sh) & 0xFFFFu, (kx_min >> sh) & 0xFFFFu)
+                                        : rht_exact((ky_max >> sh) & 0xFFFFu, (ky_min >> sh) & 0xFFFFu));
+            ay = f32_max(ay, amax16(v));
+        }
+        group += stride_groups;
+        chunk += stride_chunks;
+        if (group >= groups) {
+            group -= groups;
+            ++chunk;
         }
     }
     ay = block_max(ay);
-    if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(amax_rht), __float_as_uint(ay));
+    publish_max(ay, amax_rht);
     if (amax_x != nullptr) {
+        float ax = f32_max(f32_max(0.0f, bits16_to_f32<__nv_bfloat16>(ax16 & 0xFFFFu)),
+                           bits16_to_f32<__nv_bfloat16>(ax16 >> 16));
         ax = block_max(ax);
-        if (threadIdx.x == 0) atomicMax(reinterpret_cast<unsigned int*>(amax_x), __float_as_uint(ax));
+        publish_max(ax, amax_x);
     }
 }
 
@@ -464,73 +928,166 @@ __device__ __forceinline__ void decode_block(uint2 packed, float final_scale, fl
     }
 }
 
-// Row-wise data (R, C/2) -> out (R, C).
+__device__ __forceinline__ bool is_finite(float v) { return (__float_as_uint(v) & 0x7F800000u) != 0x7F800000u; }
+
+// 16-bit outputs of one block as 8 words (elements 2j, 2j+1 in word j). For a finite final scale the 16
+// possible results are the 8 magnitudes' O(RN(e2m1 * fs)) and, for codes 8..15, the same with the sign bit
+// flipped (RN and the casts are symmetric; zero products keep the sign of the product): each element is
+// gathered from byte tables with byte permutes and its sign bit xor-ed in. Otherwise decode_block.
 template <typename O>
-__device__ void nvfp4_dequantize_rows_impl(const u8* __restrict__ data, i64 R, i64 C, const u8* __restrict__ scale,
-                                           int ld, const float* __restrict__ amax, int amax_per_row,
-                                           float inv_six_e, O* __restrict__ out) {
-    const i64 blocks_per_row = C / 16, n = R * blocks_per_row;
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    for (i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x; g < n; g += stride) {
-        const i64 r = g / blocks_per_row, b = g % blocks_per_row;
-        const float a = amax[amax_per_row ? r : 0];
-        const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
-        float vals[16];
-        decode_block(*reinterpret_cast<const uint2*>(data + r * (C / 2) + 8 * b), fs, vals);
-        store16(out + r * C + 16 * b, vals);
+__device__ __forceinline__ void decode_block16(uint2 packed, float fs, u32 (&out)[8]) {
+    if (!is_finite(fs)) {
+        float f[16];
+        decode_block(packed, fs, f);
+#pragma unroll
+        for (int p = 0; p < 8; ++p) out[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
+        return;
+    }
+    u32 q[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        q[j] = f32_to_bits16<O>(f32_mul(e2m1_to_f32(2 * j), fs)) |
+               (f32_to_bits16<O>(f32_mul(e2m1_to_f32(2 * j + 1), fs)) << 16);
+    const u32 lo_bytes0 = __byte_perm(q[0], q[1], 0x6420), hi_bytes0 = __byte_perm(q[0], q[1], 0x7531);
+    const u32 lo_bytes1 = __byte_perm(q[2], q[3], 0x6420), hi_bytes1 = __byte_perm(q[2], q[3], 0x7531);
+#pragma unroll
+    for (int g = 0; g < 4; ++g) {  // elements 4g..4g+3
+        const u32 s = ((g < 2 ? packed.x : packed.y) >> (16 * (g & 1))) & 0xFFFFu;
+        const u32 sel = s & 0x7777u;
+        const u32 lo_b = __byte_perm(lo_bytes0, lo_bytes1, sel), hi_b = __byte_perm(hi_bytes0, hi_bytes1, sel);
+        // sign bits 3, 7 (11, 15) of s go to bits 15, 31 of the word
+        out[2 * g] = __byte_perm(lo_b, hi_b, 0x5140) ^ (((s & 0x88u) * 0x01001000u) & 0x80008000u);
+        out[2 * g + 1] = __byte_perm(lo_b, hi_b, 0x7362) ^ (((s & 0x8800u) * 0x00010010u) & 0x80008000u);
     }
 }
 
-// Column-wise data (K, M/2) -> out (M, K): 64 (k) x 64 (m) tiles transposed through shared memory.
+// Row-wise data (R, C/2) -> out (R, C): a thread per 16-block, grid-stride (row, block) advanced without
+// divisions.
 template <typename O>
-__device__ void nvfp4_dequantize_cols_impl(const u8* __restrict__ data, int K, int M, const u8* __restrict__ scale,
-                                           int ld, const float* __restrict__ amax, int amax_per_row,
-                                           float inv_six_e, O* __restrict__ out) {
-    __shared__ float tile[64][65];  // [m][k]
-    const int n_tm = (M + 63) / 64;
-    const int k0 = (blockIdx.x / n_tm) * 64, m0 = (blockIdx.x % n_tm) * 64;
-    const int t = threadIdx.x;
-    {
-        const int kl = t & 63, blk = t >> 6;  // column kl of the tile, rows 16*blk..+15
-        const int k = k0 + kl, m = m0 + 16 * blk;
-        if (k < K && m < M) {
-            const float a = amax[amax_per_row ? k : 0];
-            const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[(i64)k * ld + m / 16]), a), inv_six_e);
+__device__ __forceinline__ void nvfp4_dequantize_rows_impl(const u8* __restrict__ data, i64 R, i64 C,
+                                                           const u8* __restrict__ scale, int ld,
+                                                           const float* __restrict__ amax, int amax_per_row,
+                                                           float inv_six_e, O* __restrict__ out) {
+    const i64 nb = C / 16, n = R * nb;
+    const i64 stride = (i64)gridDim.x * blockDim.x;
+    i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= n) return;
+    i64 r = g / nb, b = g - r * nb;
+    const i64 stride_r = stride / nb, stride_b = stride - stride_r * nb;
+#pragma unroll 1
+    for (; g < n; g += stride) {
+        const float a = amax[amax_per_row ? r : 0];
+        const uint2 packed = *reinterpret_cast<const uint2*>(data + r * (C / 2) + 8 * b);
+        const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
+        O* dst = out + r * C + 16 * b;
+        if constexpr (sizeof(O) == 4) {
             float vals[16];
-            decode_block(*reinterpret_cast<const uint2*>(data + (i64)k * (M / 2) + m / 2), fs, vals);
+            decode_block(packed, fs, vals);
+            store16(dst, vals);
+        } else {
+            u32 w[8];
+            decode_block16<O>(packed, fs, w);
+            uint4* d = reinterpret_cast<uint4*>(dst);
+            d[0] = make_uint4(w[0], w[1], w[2], w[3]);
+            d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+        }
+        b += stride_b;
+        r += stride_r;
+        if (b >= nb) {
+            b -= nb;
+            ++r;
+        }
+    }
+}
+
+// Column-wise data (K, M/2) -> out (M, K), through a shared tile of 64 k x DM m. 16-bit outputs: a thread
+// decodes columns k, k+1 of one 16-row block into 16 words (k, k+1) of the tile [m][k/2] (DM = 128); fp32: one
+// column into the float tile [m][k] (DM = 64). Rows of the tile then leave as 16-byte stores.
+template <typename O>
+__device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict__ data, int K, int M,
+                                                           const u8* __restrict__ scale, int ld,
+                                                           const float* __restrict__ amax, int amax_per_row,
+                                                           float inv_six_e, O* __restrict__ out) {
+    constexpr int DM = sizeof(O) == 2 ? 128 : 64;  // tile rows (m)
+    constexpr int WPR = 64 * (int)sizeof(O) / 4;   // 32-bit words per tile row: 32 or 64
+    __shared__ __align__(16) u32 tile[DM * WPR];  // 16 KiB
+    const int n_tm = (M + DM - 1) / DM;
+    const int k0 = (blockIdx.x / n_tm) * 64, m0 = (blockIdx.x % n_tm) * DM;
+    const int t = threadIdx.x;
+    auto decode = [&](int k, int m, float (&vals)[16]) {
+        const float a = amax[amax_per_row ? k : 0];
+        const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[(i64)k * ld + m / 16]), a), inv_six_e);
+        decode_block(*reinterpret_cast<const uint2*>(data + (i64)k * (M / 2) + m / 2), fs, vals);
+    };
+    if constexpr (sizeof(O) == 2) {
+        const int kp = t & 31, mb = t >> 5;  // columns 2kp, 2kp+1 of the tile, rows 16mb..16mb+15
+        const int k = k0 + 2 * kp, m = m0 + 16 * mb;
+        if (k < K && m < M) {  // K % 16 == 0: k + 1 < K too
+            u32 wa[8], wb[8];
+            for (int h = 0; h < 2; ++h) {
+                const int kk = k + h;
+                const float a = amax[amax_per_row ? kk : 0];
+                const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[(i64)kk * ld + m / 16]), a), inv_six_e);
+                const uint2 packed = *reinterpret_cast<const uint2*>(data + (i64)kk * (M / 2) + m / 2);
+                if (h == 0) decode_block16<O>(packed, fs, wa);
+                else decode_block16<O>(packed, fs, wb);
+            }
 #pragma unroll
-            for (int i = 0; i < 16; ++i) tile[16 * blk + i][kl] = vals[i];
+            for (int j = 0; j < 8; ++j) {
+                tile[(16 * mb + 2 * j) * WPR + kp] = __byte_perm(wa[j], wb[j], 0x5410);
+                tile[(16 * mb + 2 * j + 1) * WPR + kp] = __byte_perm(wa[j], wb[j], 0x7632);
+            }
+        }
+    } else {
+        const int kl = t & 63, mb = t >> 6;  // column kl of the tile, rows 16mb..16mb+15
+        const int k = k0 + kl, m = m0 + 16 * mb;
+        if (k < K && m < M) {
+            float vals[16];
+            decode(k, m, vals);
+#pragma unroll
+            for (int i = 0; i < 16; ++i) tile[(16 * mb + i) * WPR + kl] = __float_as_uint(vals[i]);
         }
     }
     __syncthreads();
-    {
-        const int ml = t >> 2, seg = t & 3;  // row ml of the output tile, columns 16*seg..+15
-        const int m = m0 + ml, k = k0 + 16 * seg;
-        if (m < M && k < K) {  // K % 16 == 0
-            float vals[16];
+    constexpr int CPR = WPR / 4;  // 16-byte chunks per tile row: 8 or 16
 #pragma unroll
-            for (int i = 0; i < 16; ++i) vals[i] = tile[ml][16 * seg + i];
-            store16(out + (i64)m * K + k, vals);
-        }
+    for (int q = 0; q < DM * CPR / THREADS; ++q) {
+        const int id = t + THREADS * q, ml = id / CPR, ch = id % CPR;
+        const int m = m0 + ml, k = k0 + ch * (16 / (int)sizeof(O));
+        if (m < M && k < K)  // K % 16 == 0: chunks are whole
+            *reinterpret_cast<uint4*>(out + (i64)m * K + k) = *reinterpret_cast<const uint4*>(&tile[ml * WPR + 4 * ch]);
     }
 }
 
 // ------------------------------------------------------------------ entry points
-#define NVFP4_INSTANTIATE(T, SUFFIX)                                                                            \
-    extern "C" __global__ void __launch_bounds__(THREADS) nvfp4_quantize_##SUFFIX(                             \
+// MINB: resident blocks per SM the register budget is sized for (3: <= 85 registers; 2: <= 128).
+#define NVFP4_QUANTIZE_ENTRY(T, SUFFIX, VARIANT, TWO_D, SR, RHT, FOUR6, MINB)                                  \
+    extern "C" __global__ void __launch_bounds__(THREADS, MINB) nvfp4_quantize_##VARIANT##_##SUFFIX(           \
         const T* x, int M, int K, u8* row_data, u8* row_scale, int row_ld, const float* row_amax,              \
         const u8* row_rand, u8* col_data, u8* col_scale, int col_ld, const float* col_amax, const u8* col_rand, \
-        int two_d, int use_4over6, int mse, float six_e, int rht, int sign_mask) {                              \
-        const Options o = {two_d, use_4over6, mse, six_e};                                                      \
-        nvfp4_quantize_impl<T>(x, M, K, row_data, row_scale, row_ld, row_amax, row_rand, col_data, col_scale,   \
-                               col_ld, col_amax, col_rand, o, rht, sign_mask);                                  \
+        int mse, float six_e, int sign_mask) {                                                                 \
+        const QArgs a = {x,        M,         K,      row_data, row_scale, row_ld,           row_amax, row_rand, \
+                         col_data, col_scale, col_ld, col_amax, col_rand,  Options{mse, six_e}, sign_mask};    \
+        quantize_tiles<T, TWO_D, SR, RHT, FOUR6>(a);                                                           \
+    }
+
+#define NVFP4_INSTANTIATE(T, SUFFIX)                                                                            \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, std, false, false, false, false, 3)                                           \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 2d, true, false, false, false, 3)                                             \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, sr, false, true, false, false, 3)                                             \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 2d_sr, true, true, false, false, 3)                                           \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 4o6, false, false, false, true, 2)                                            \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 4o6_2d, true, false, false, true, 2)                                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) nvfp4_amax_##SUFFIX(const uint4* x, i64 n16,         \
+                                                                              float* out1, float* out2) {      \
+        amax_impl<T>(x, n16, out1, out2);                                                                      \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(256) nvfp4_dequantize_rows_##SUFFIX(                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) nvfp4_dequantize_rows_##SUFFIX(                      \
         const u8* data, i64 R, i64 C, const u8* scale, int ld, const float* amax, int amax_per_row,             \
         float inv_six_e, T* out) {                                                                              \
         nvfp4_dequantize_rows_impl<T>(data, R, C, scale, ld, amax, amax_per_row, inv_six_e, out);               \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(256) nvfp4_dequantize_cols_##SUFFIX(                          \
+    extern "C" __global__ void __launch_bounds__(THREADS) nvfp4_dequantize_cols_##SUFFIX(                      \
         const u8* data, int K, int M, const u8* scale, int ld, const float* amax, int amax_per_row,             \
         float inv_six_e, T* out) {                                                                              \
         nvfp4_dequantize_cols_impl<T>(data, K, M, scale, ld, amax, amax_per_row, inv_six_e, out);               \
@@ -539,3 +1096,6 @@ __device__ void nvfp4_dequantize_cols_impl(const u8* __restrict__ data, int K, i
 NVFP4_INSTANTIATE(float, f32)
 NVFP4_INSTANTIATE(__half, f16)
 NVFP4_INSTANTIATE(__nv_bfloat16, bf16)
+// The column-wise RHT needs bf16 input.
+NVFP4_QUANTIZE_ENTRY(__nv_bfloat16, bf16, rht, false, false, true, false, 2)
+NVFP4_QUANTIZE_ENTRY(__nv_bfloat16, bf16, sr_rht, false, true, true, false, 2)

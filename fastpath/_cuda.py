@@ -89,6 +89,10 @@ def f32(value: float) -> np.float32:
     return np.float32(value)
 
 
+def f64(value: float) -> np.float64:
+    return np.float64(value)
+
+
 def grid_1d(n: int, block: int, *, max_blocks: int = 65535 * 8) -> tuple[int]:
     """Enough blocks of ``block`` threads for ``n`` items (kernels grid-stride past the cap)."""
     return (max(1, min((n + block - 1) // block, max_blocks)),)

@@ -7,6 +7,8 @@ sequence of fp32 (and, for per-tensor and block scales, fp64) operations op for 
 method                        kernels (``fastpath/kernels/``)
 ===========================  ==============================================================
 amax                          ``cast_fp8.cu: fp8_amax_*`` (one pass, block max + atomicMax)
+compute_scale_from_amax       ``fp8_compute_scale`` (one thread per element: one launch
+                              instead of a dozen torch ops on a (1,) tensor)
 quantize_float8               ``fp8_cast_*`` (row-wise only, flat) or ``fp8_cast_transpose_*``
                               (persistent 128x128 tiles: row-wise bytes and the transposed
                               copy in one pass); the delayed-scaling amax is taken in the same
@@ -33,9 +35,8 @@ What runs the reference instead (``super()``), and why:
   produces the exact errors and degenerate results for them.
 * Invalid shapes or options: the reference raises its error (NVFP4 options are
   validated with the reference's own checks before any kernel runs).
-* ``compute_scale_from_amax`` is not overridden: it is a handful of element-wise ops on
-  a (1,) tensor (per-tensor current scaling); the block recipes compute their scales
-  inside the quantize kernels.
+* ``compute_scale_from_amax`` of an amax that is not fp32 (the reference converts it
+  first); the block recipes compute their scales inside the quantize kernels.
 * Row-scaled NVFP4 (``row_scaled=True``): one amax (and S_enc) per row of x and per
   column for the column-wise copy; a forward-activation-only option that would need its
   own per-row and per-column amax pass and per-row scale plumbing through the tile
@@ -57,7 +58,7 @@ import torch
 from refops.kernels.reference.quant_mxfp8 import check_mxfp8_shape
 from refops.kernels.reference.quant_nvfp4 import _check_random_bytes, _validate, nvfp4_scale_shape
 
-from ._cuda import f32, get_kernel, i32, i64, launch, ptr
+from ._cuda import f32, f64, get_kernel, i32, i64, launch, ptr
 
 __all__ = ["QuantizeKernels"]
 
@@ -160,6 +161,17 @@ class QuantizeKernels:
         out = torch.zeros(1, dtype=torch.float32, device=x.device)
         _amax_into(x, out)
         return out
+
+    def compute_scale_from_amax(self, amax, *, fmax, force_pow_2_scales, amax_epsilon, value_for_inf):
+        if not (_on_cuda(amax) and amax.dtype == torch.float32 and amax.numel() > 0):
+            return super().compute_scale_from_amax(amax, fmax=fmax, force_pow_2_scales=force_pow_2_scales,
+                                                   amax_epsilon=amax_epsilon, value_for_inf=value_for_inf)
+        a = amax.detach().contiguous()
+        scale = torch.empty(a.shape, dtype=torch.float32, device=a.device)
+        _run("cast_fp8.cu", "fp8_compute_scale", _grid(a.numel(), a.device), _THREADS,
+             (ptr(a), i64(a.numel()), f64(fmax), f64(amax_epsilon), f64(value_for_inf), i32(int(force_pow_2_scales)),
+              ptr(scale)), a.device)
+        return scale
 
     # ------------------------------------------------------ per-tensor FP8
     def quantize_float8(self, x, scale, *, fp8_dtype, rowwise, columnwise, amax_accumulator=None):

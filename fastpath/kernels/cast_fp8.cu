@@ -23,6 +23,7 @@
 //                         copy in one pass; the next tile is loaded into registers while this one is
 //                         cast and stored, so a whole tile of loads is always in flight
 //   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
+//   fp8_compute_scale     compute_scale_from_amax on an fp32 amax tensor (one thread per element)
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -479,6 +480,27 @@ __device__ void dequantize_impl(const u8* __restrict__ q, i64 n, int vec_ok, con
     }
     for (i64 e = n_vec * E + (i64)blockIdx.x * FLAT_THREADS + threadIdx.x; e < n; e += (i64)gridDim.x * FLAT_THREADS)
         store_f32(f32_mul(fp8_to_f32(q[e], e5m2), si), &out[e]);
+}
+
+// ------------------------------------------------------------------ scale from amax
+// compute_scale_from_amax, element-wise (the reference's torch ops on a (1,) tensor cost ~250 us of host
+// time per call; this is one launch). Every step is a double operation or an exact widening, so nothing
+// flushes: a < eps (eps rounded to fp32 first, as torch does with a Python scalar); a in {0, inf, NaN}
+// -> 1; s = RN_f32(fmax / a) with the quotient in double (innocuous double rounding, as the reference);
+// s == +inf -> value_for_inf (rounded to fp32); pow2 zeroes the mantissa bits.
+extern "C" __global__ void fp8_compute_scale(const float* amax, i64 n, double fmax, double eps,
+                                             double value_for_inf, int pow2, float* scale) {
+    const double eps_f32 = f32_to_f64(f64_to_f32_rn(eps));
+    const float inf_replacement = f64_to_f32_rn(value_for_inf);
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        double a = f32_to_f64(amax[i]);
+        if (a < eps_f32) a = eps_f32;
+        const bool degenerate = isinf(a) || isnan(a) || a == 0.0;
+        float s = f64_to_f32_rn(fmax / a);
+        if (__float_as_uint(s) == 0x7F800000u) s = inf_replacement;
+        if (pow2) s = __uint_as_float(__float_as_uint(s) & 0xFF800000u);
+        scale[i] = degenerate ? 1.0f : s;
+    }
 }
 
 // ------------------------------------------------------------------ entry points

@@ -134,6 +134,27 @@ def test_amax_of_empty_and_non_contiguous(fastpath_backend, reference_backend, c
         assert_identical(ref, fast, f"amax {tuple(x.shape)} stride {x.stride()}")
 
 
+# ------------------------------------------------------------------ scale from amax
+#: Amaxes that take every branch: ordinary, 0, ±inf, NaN, subnormal (scale overflows to +inf), below
+#: and at the epsilons, negative, and values whose quotient needs rounding.
+AMAX_VALUES = [1.0, 3.0, 448.0, 449.0, 0.0, -0.0, float("inf"), float("-inf"), float("nan"), 1e-45, 1e-40,
+               2.0 ** -126, 1e-38, 1e-12, 1e-6, -5.0, 7.1234567, 3.3e38, 57344.0, 0.1]
+
+
+@pytest.mark.parametrize("fmax", [448.0, 57344.0, 6.0])
+@pytest.mark.parametrize("pow2", [False, True])
+@pytest.mark.parametrize("eps", [0.0, 1e-12, 0.1])
+@pytest.mark.parametrize("value_for_inf", [torch.finfo(torch.float32).max, torch.finfo(torch.bfloat16).max, 1.0])
+def test_compute_scale_from_amax(fastpath_backend, reference_backend, cuda, fmax, pow2, eps, value_for_inf):
+    g = torch.Generator().manual_seed(3)
+    random = torch.randn(300, generator=g) * torch.exp2(torch.randint(-140, 120, (300,), generator=g).float())
+    for amax in (torch.tensor(AMAX_VALUES), random, torch.tensor([0.37]), torch.tensor(2.5)):
+        (ref, *_), (fast, *_) = run_both(
+            reference_backend, fastpath_backend, "compute_scale_from_amax", amax.to(cuda), fmax=fmax,
+            force_pow_2_scales=pow2, amax_epsilon=eps, value_for_inf=value_for_inf)
+        assert_identical(ref, fast, f"compute_scale_from_amax {tuple(amax.shape)} fmax={fmax} pow2={pow2} eps={eps}")
+
+
 # ------------------------------------------------------------------ per-tensor FP8
 FLOAT8_SHAPES = [(), (1,), (7,), (3, 5), (128, 128), (130, 260), (2, 48, 72), (1024, 2048)]
 

@@ -15,10 +15,15 @@
 // Kernels (suffix = input or output element type):
 //   fp8_block_quantize_{rows,cols,both,2d}_*
 //       persistent 128x128 tiles, 512 threads; thread t owns rows 4*(t/16)..+3 and columns
-//       8*(t%16)..+7; the next tile is loaded into registers while this one is quantized. A 1x128 row
-//       block is a half-warp: its amax by 4 shuffles, its scale computed by each of the 16 lanes (no
-//       barrier); column amaxes (and the 2D tile amax) go through shared memory; the column-wise bytes
-//       are transposed in shared memory (two alternating buffers) and written 16 bytes per thread.
+//       8*(t%16)..+7; the next tile is loaded into registers while this one is quantized (tile
+//       coordinates advance without division). One pass over the values gives the thread's row and
+//       column maxima. A 1x128 row block is a half-warp: its 4 rows' maxima are reduced and scattered
+//       over the 16 lanes by 5 shuffles, lane l computes the scale of row l/4 only, 4 shuffles hand the
+//       scales out (no barrier); column amaxes (and the 2D tile amax) go through shared memory; the
+//       column-wise bytes are transposed in shared memory (two alternating buffers) and written 16
+//       bytes per thread (2D: the row bytes, transposed 4x4 by byte permutes). Values are quantized four
+//       at a time (two cvt.rn.satfinite.*x2.f32, the same rounding per value), the fp8 format chosen by
+//       one uniform branch per site.
 //   fp8_block_dequantize_*
 //       rows x 16-byte stores: each thread loads 4 rows of one vector of the data before storing.
 
@@ -100,13 +105,20 @@ __device__ __forceinline__ void store_f32(float v, float* out) { *out = v; }
 __device__ __forceinline__ void store_f32(float v, __half* out) { *out = __float2half_rn(v); }
 __device__ __forceinline__ void store_f32(float v, __nv_bfloat16* out) { *out = __float2bfloat16_rn(v); }
 
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
+
 // Element j of T values packed little-endian in 32-bit words, exactly as fp32.
+// (bf16: the bits moved to the top half, one instruction; fp16: cvt.f32.f16 of either half, one instruction.)
 template <typename T>
 __device__ __forceinline__ float word_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
         return __uint_as_float(w[j]);
+    } else if constexpr (IsBf16<T>::value) {
+        return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
     } else {
-        return bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
+        const __half2 h = *reinterpret_cast<const __half2*>(&w[j >> 1]);
+        return (j & 1) ? __high2float(h) : __low2float(h);
     }
 }
 
@@ -143,6 +155,33 @@ __device__ __forceinline__ void store_vec16(O* __restrict__ dst, const float (&f
 
 __device__ __forceinline__ u32 cast_fp8(float v, int e5m2) {
     return (u32)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+// Q_F of two values in one instruction (cvt.rn.satfinite.e{4m3,5m2}x2.f32, the same per-value rounding as
+// cast_fp8): lo in bits 0..7, hi in bits 8..15; bits 16..31 are unspecified (pack with pack2 only).
+template <bool E5M2>
+__device__ __forceinline__ u32 cast_fp8x2(float lo, float hi) {
+    return (u32)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
+}
+// Bytes 0..1 of a, then bytes 0..1 of b (one PRMT).
+__device__ __forceinline__ u32 pack2(u32 a, u32 b) { return __byte_perm(a, b, 0x5410); }
+
+// Q_F(a), Q_F(b), Q_F(c), Q_F(d) packed little-endian: two cvt.rn.satfinite.*x2.f32 and one mov.b32 {lo, hi}.
+template <bool E5M2>
+__device__ __forceinline__ u32 cast_fp8x4(float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    u32 r;
+    if constexpr (E5M2) {
+        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, %2, %1; cvt.rn.satfinite.e5m2x2.f32 hi, %4, %3;"
+            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    } else {
+        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
+            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    }
+    return r;
+#else
+    return pack2(cast_fp8x2<E5M2>(a, b), cast_fp8x2<E5M2>(c, d));
+#endif
 }
 
 __device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
@@ -253,18 +292,57 @@ __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __re
     }
 }
 
+// 4x4 byte transpose: byte i of c[j] = byte j of r[i] (two PRMT stages).
+__device__ __forceinline__ void transpose4x4(u32 r0, u32 r1, u32 r2, u32 r3, u32* c) {
+    const u32 t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);  // r0.b0 r1.b0 r0.b1 r1.b1 | .b2 .b3
+    const u32 t2 = __byte_perm(r2, r3, 0x5140), t3 = __byte_perm(r2, r3, 0x7362);
+    c[0] = __byte_perm(t0, t2, 0x5410);
+    c[1] = __byte_perm(t0, t2, 0x7632);
+    c[2] = __byte_perm(t1, t3, 0x5410);
+    c[3] = __byte_perm(t1, t3, 0x7632);
+}
+
+// Q_F(RN(v_j * s)) of elements 4p..4p+3 of one row (raw words), packed little-endian.
+template <typename T, bool E5M2>
+__device__ __forceinline__ u32 quantize4(const u32* raw, int p, float s) {
+    return cast_fp8x4<E5M2>(f32_mul(word_elem<T>(raw, 4 * p), s), f32_mul(word_elem<T>(raw, 4 * p + 1), s),
+                            f32_mul(word_elem<T>(raw, 4 * p + 2), s), f32_mul(word_elem<T>(raw, 4 * p + 3), s));
+}
+
+// Row words of rows i = 0..3 (bytes Q_F(RN(v * s_i)) of the thread's 8 columns), and, when the column
+// words are wanted, the same bytes transposed: byte i of cw[j] = the byte of row i, column j.
+template <typename T, bool E5M2>
+__device__ __forceinline__ void quantize_rows(const u32 (*raw)[2 * sizeof(T)], const float (&s)[4], u32 (&rw)[4][2]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        rw[i][0] = quantize4<T, E5M2>(raw[i], 0, s[i]);
+        rw[i][1] = quantize4<T, E5M2>(raw[i], 1, s[i]);
+    }
+}
+
+// Column words: byte i of cw[j] = Q_F(RN(v_ij * s_j)).
+template <typename T, bool E5M2>
+__device__ __forceinline__ void quantize_cols(const u32 (*raw)[2 * sizeof(T)], const float (&s)[8], u32 (&cw)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        cw[j] = cast_fp8x4<E5M2>(f32_mul(word_elem<T>(raw[0], j), s[j]), f32_mul(word_elem<T>(raw[1], j), s[j]),
+                                 f32_mul(word_elem<T>(raw[2], j), s[j]), f32_mul(word_elem<T>(raw[3], j), s[j]));
+}
+
 // MODE: 1 = 1D row-wise only, 2 = 1D column-wise only, 3 = 1D both, 4 = 2D (row_out / col_out say which usages).
+// The fp8 format (e5m2) is uniform: each conversion site branches once to a version with one conversion.
 template <typename T, int MODE>
 __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int vec_in, int vec_row, int vec_col,
                                     int e5m2, float fmax, int pow2, float eps, float value_for_inf,
                                     u8* __restrict__ row_out, float* __restrict__ row_scale, int row_ld,
                                     u8* __restrict__ col_out, float* __restrict__ col_scale, int col_ld) {
-    constexpr int W = 2 * sizeof(T);
-    constexpr bool two_d = MODE == 4, rows_1d = MODE == 1 || MODE == 3, cols_1d = MODE == 2 || MODE == 3;
     __shared__ u32 tile[2][TILE][33];        // transposed bytes, two alternating buffers
     __shared__ float col_part[WARPS][8][16];  // 1D columns: [warp][j][cg], max over the warp's 8 rows of column 8*cg+j
-    __shared__ float col_s[TILE];             // 1D column scales
+    __shared__ __align__(16) float col_s[TILE];  // 1D column scales
     __shared__ float tile_part[2][WARPS];     // 2D: per-warp maxima, two alternating buffers
+    constexpr int W = 2 * sizeof(T);
+    constexpr bool two_d = MODE == 4, rows_1d = MODE == 1 || MODE == 3, cols_1d = MODE == 2 || MODE == 3;
+    constexpr u32 FULL = 0xffffffffu;
 
     const int n_tk = (K + TILE - 1) / TILE;
     const int tiles = ((M + TILE - 1) / TILE) * n_tk;
@@ -272,18 +350,28 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
 
     u32 next[4][W];
     int tile_id = blockIdx.x;
-    if (tile_id < tiles) load_tile(x, M, K, (tile_id / n_tk) * TILE, (tile_id % n_tk) * TILE, vec_in, next);
+    if (tile_id >= tiles) return;  // no tile for this block (n_tk >= 1 below)
+    // Tile coordinates advance by (step_m, step_k) per grid stride (no division in the loop).
+    const int step_m = (int)gridDim.x / n_tk, step_k = (int)gridDim.x - step_m * n_tk;
+    int am = tile_id / n_tk, ak = tile_id - am * n_tk;  // coordinates of tile_id, then of the tile loaded ahead
+    load_tile(x, M, K, am * TILE, ak * TILE, vec_in, next);
     int buf = 0;
     for (; tile_id < tiles; tile_id += gridDim.x) {
+        const int tm = am, tk = ak;
+        ak += step_k;
+        am += step_m;
+        if (ak >= n_tk) {
+            ak -= n_tk;
+            ++am;
+        }
         u32 raw[4][W];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
         const int ahead = tile_id + gridDim.x;
-        if (ahead < tiles) load_tile(x, M, K, (ahead / n_tk) * TILE, (ahead % n_tk) * TILE, vec_in, next);
+        if (ahead < tiles) load_tile(x, M, K, am * TILE, ak * TILE, vec_in, next);
 
-        const int tm = tile_id / n_tk, tk = tile_id % n_tk;
         const int m0 = tm * TILE, k0 = tk * TILE;
         u32 col_words[8];  // col_words[j]: rows 4*rg..+3 of column 8*cg+j, for the transposed copy
 #pragma unroll
@@ -297,7 +385,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
 #pragma unroll
                 for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
+            for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(FULL, a, o));
             if (lane == 0) tile_part[buf][warp] = a;
             __syncthreads();
 #pragma unroll
@@ -311,49 +399,77 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
                 if (row_scale != nullptr) row_scale[(i64)tm * row_ld + tk] = si;
                 if (col_scale != nullptr) col_scale[(i64)tk * col_ld + tm] = si;
             }
+            u32 row_words[4][2];
+            const float s4[4] = {s, s, s, s};
+            if (e5m2) quantize_rows<T, true>(raw, s4, row_words); else quantize_rows<T, false>(raw, s4, row_words);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                u32 row_words[2] = {0u, 0u};
-#pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    const u32 q = cast_fp8(f32_mul(word_elem<T>(raw[i], j), s), e5m2);
-                    row_words[j >> 2] |= q << (8 * (j & 3));
-                    col_words[j] |= q << (8 * i);  // the same bytes serve the column-wise copy
-                }
+            for (int i = 0; i < 4; ++i)
                 if (row_out != nullptr)
-                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[0], row_words[1]);
+                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[i][0],
+                                    row_words[i][1]);
+            if (col_out != nullptr) {  // the same bytes serve the column-wise copy
+                transpose4x4(row_words[0][0], row_words[1][0], row_words[2][0], row_words[3][0], col_words);
+                transpose4x4(row_words[0][1], row_words[1][1], row_words[2][1], row_words[3][1], col_words + 4);
             }
         }
-        if constexpr (rows_1d) {
-            // A 1x128 row block is a half-warp: amax by 4 shuffles, then each lane computes the scale.
+        if constexpr (rows_1d || cols_1d) {
+            // One pass over the values: maxima of the thread's 4 rows (8 values each) and 8 columns (4 values
+            // each). The maxima are exact and never NaN (they start at 0), so any order gives the same amax.
+            float ra[4], ca[8];
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float a = 0.0f;
+            for (int i = 0; i < 4; ++i) ra[i] = 0.0f;
 #pragma unroll
-                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
+            for (int j = 0; j < 8; ++j) ca[j] = 0.0f;
 #pragma unroll
-                for (int o = 8; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, o));
-                const float s = scale_from_amax(a, fmax, pow2, eps, value_for_inf);
-                const int m = m0 + 4 * rg + i;
-                if (cg == 0 && m < M) row_scale[(i64)tk * row_ld + m] = reciprocal_rn(s);
-                u32 row_words[2] = {0u, 0u};
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    row_words[j >> 2] |= cast_fp8(f32_mul(word_elem<T>(raw[i], j), s), e5m2) << (8 * (j & 3));
-                store_row_words(row_out, M, K, m, k0 + 8 * cg, vec_row, row_words[0], row_words[1]);
+                for (int j = 0; j < 8; ++j) {
+                    const float v = f32_abs(word_elem<T>(raw[i], j));
+                    if constexpr (rows_1d) ra[i] = f32_max(ra[i], v);
+                    if constexpr (cols_1d) ca[j] = f32_max(ca[j], v);
+                }
+            if constexpr (cols_1d) {
+                // 128x1 column blocks: the two row groups of the warp, then the 16 warps in shared memory
+                // (after the row-wise work below); 128 threads compute the column scales.
+#pragma unroll
+                for (int j = 0; j < 8; ++j) {
+                    const float a = f32_max(ca[j], __shfl_xor_sync(FULL, ca[j], 16));
+                    if (lane < 16) col_part[warp][j][cg] = a;
+                }
+            }
+            if constexpr (rows_1d) {
+                // A 1x128 row block is a half-warp. Its 4 row maxima are reduced and scattered over the 16
+                // lanes (exchange 2 rows with lane ^ 8, 1 row with lane ^ 4, then the same row with lanes ^ 2,
+                // ^ 1): lane cg ends with the amax of row 4*rg + cg/4 and computes that row's scale; the lanes
+                // fetch the 4 scales by shuffles.
+                const bool b3 = (cg & 8) != 0, b2 = (cg & 4) != 0;
+                float h0 = b3 ? ra[2] : ra[0], h1 = b3 ? ra[3] : ra[1];  // rows 2*b3, 2*b3 + 1
+                const float g0 = b3 ? ra[0] : ra[2], g1 = b3 ? ra[1] : ra[3];
+                h0 = f32_max(h0, __shfl_xor_sync(FULL, g0, 8));
+                h1 = f32_max(h1, __shfl_xor_sync(FULL, g1, 8));
+                float ar = b2 ? h1 : h0;  // row 2*b3 + b2 = cg / 4
+                ar = f32_max(ar, __shfl_xor_sync(FULL, b2 ? h0 : h1, 4));
+                ar = f32_max(ar, __shfl_xor_sync(FULL, ar, 2));
+                ar = f32_max(ar, __shfl_xor_sync(FULL, ar, 1));
+                const float sr = scale_from_amax(ar, fmax, pow2, eps, value_for_inf);
+                {
+                    const int m = m0 + 4 * rg + (cg >> 2);
+                    if ((cg & 3) == 0 && m < M) row_scale[(i64)tk * row_ld + m] = reciprocal_rn(sr);
+                }
+                float s4[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) s4[i] = __shfl_sync(FULL, sr, (lane & 16) | (4 * i));
+#pragma unroll
+                for (int i = 0; i < 4; ++i) reload(raw[i]);
+                u32 row_words[4][2];
+                if (e5m2) quantize_rows<T, true>(raw, s4, row_words); else quantize_rows<T, false>(raw, s4, row_words);
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[i][0],
+                                    row_words[i][1]);
             }
         }
         if constexpr (cols_1d) {
-            // 128x1 column blocks: max over the thread's 4 rows, the two row groups of the warp, then the
-            // 16 warps in shared memory; 128 threads compute the column scales.
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float a = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
-                a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 16));
-                if (lane < 16) col_part[warp][j][cg] = a;
-            }
             __syncthreads();
             if (t < TILE) {
                 const int rj = t >> 4, rc = t & 15, c = 8 * rc + rj;  // conflict-free reads of col_part
@@ -367,12 +483,10 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             __syncthreads();
 #pragma unroll
             for (int i = 0; i < 4; ++i) reload(raw[i]);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float s = col_s[8 * cg + j];
-#pragma unroll
-                for (int i = 0; i < 4; ++i) col_words[j] |= cast_fp8(f32_mul(word_elem<T>(raw[i], j), s), e5m2) << (8 * i);
-            }
+            const float4 sa = *reinterpret_cast<const float4*>(col_s + 8 * cg);
+            const float4 sb = *reinterpret_cast<const float4*>(col_s + 8 * cg + 4);
+            const float cs[8] = {sa.x, sa.y, sa.z, sa.w, sb.x, sb.y, sb.z, sb.w};
+            if (e5m2) quantize_cols<T, true>(raw, cs, col_words); else quantize_cols<T, false>(raw, cs, col_words);
         }
         if (MODE != 1 && col_out != nullptr) {
 #pragma unroll

@@ -12,9 +12,15 @@
 //   mxfp8_quantize_*    persistent 32x256 tiles, 256 threads; thread t owns rows 4*(t/32)..+3 and columns
 //                       8*(t%32)..+7 (one 16-byte load per row for 16-bit inputs; a warp reads 512
 //                       contiguous bytes of a row, writes 256). The next tile is loaded into registers
-//                       while this one is quantized. A 1x32 block is 4 lanes (shuffles, no barrier); a
+//                       while this one is quantized (tile coordinates advance without division). One pass
+//                       over the values gives the thread's row and column maxima. A 1x32 block is 4 lanes:
+//                       its 4 rows' maxima are reduced and scattered by 3 shuffles, lane l computes the
+//                       scale of row l%4 only and 4 shuffles hand the multipliers out (no barrier); a
 //                       32x1 column is reduced over the thread's 4 rows in registers, then over the 8 warps
-//                       through shared memory; a 32x32 tile over 4 lanes and then the 8 warps.
+//                       through shared memory (the reducing thread also stores the column multiplier);
+//                       a 32x32 tile over 4 lanes and then the 8 warps. Values are quantized four at a
+//                       time (two cvt.rn.satfinite.*x2.f32, the same rounding per value), the fp8 format
+//                       chosen by one uniform branch per site.
 //   mxfp8_dequantize_*  rows x 16-byte stores: each thread loads 4 rows of one vector before storing.
 
 #include <cuda_fp16.h>
@@ -71,12 +77,18 @@ template <> __device__ __forceinline__ u32 f32_to_bits16<__nv_bfloat16>(float v)
 }
 
 // Element j of T values packed little-endian in 32-bit words, exactly as fp32.
+// (bf16: the bits moved to the top half, one instruction; fp16: cvt.f32.f16 of either half, one instruction.)
+template <typename T> struct IsBf16 { static constexpr bool value = false; };
+template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
 template <typename T>
 __device__ __forceinline__ float word_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
         return __uint_as_float(w[j]);
+    } else if constexpr (IsBf16<T>::value) {
+        return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
     } else {
-        return bits16_to_f32<T>((w[j >> 1] >> (16 * (j & 1))) & 0xFFFFu);
+        const __half2 h = *reinterpret_cast<const __half2*>(&w[j >> 1]);
+        return (j & 1) ? __high2float(h) : __low2float(h);
     }
 }
 
@@ -95,6 +107,26 @@ __device__ __forceinline__ void store_vec16(O* __restrict__ dst, const float (&f
 
 __device__ __forceinline__ u32 cast_fp8(float v, int e5m2) {
     return (u32)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
+}
+
+// Q_F(a), Q_F(b), Q_F(c), Q_F(d) packed little-endian: two cvt.rn.satfinite.*x2.f32 (the same per-value
+// rounding as cast_fp8) and one mov.b32 {lo, hi}. E5M2 is a template parameter: one conversion is emitted.
+template <bool E5M2>
+__device__ __forceinline__ u32 cast_fp8x4(float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    u32 r;
+    if constexpr (E5M2) {
+        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, %2, %1; cvt.rn.satfinite.e5m2x2.f32 hi, %4, %3;"
+            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    } else {
+        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
+            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    }
+    return r;
+#else
+    const int e5m2 = E5M2 ? 1 : 0;
+    return cast_fp8(a, e5m2) | (cast_fp8(b, e5m2) << 8) | (cast_fp8(c, e5m2) << 16) | (cast_fp8(d, e5m2) << 24);
+#endif
 }
 
 __device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
@@ -170,18 +202,33 @@ __device__ __forceinline__ void reload(u32 (&w)[N]) {
 }
 
 // 8 bytes q_j = Q_F(RN(v_j * mult_j)) of one row, packed little-endian.
-template <typename T>
-__device__ __forceinline__ uint2 quantize8(const u32* raw, const float (&mult)[8], int e5m2) {
-    u32 w[2] = {0u, 0u};
-#pragma unroll
-    for (int j = 0; j < 8; ++j) w[j >> 2] |= cast_fp8(f32_mul(word_elem<T>(raw, j), mult[j]), e5m2) << (8 * (j & 3));
-    return make_uint2(w[0], w[1]);
+template <typename T, bool E5M2>
+__device__ __forceinline__ uint2 quantize8(const u32* raw, const float (&mult)[8]) {
+    return make_uint2(cast_fp8x4<E5M2>(f32_mul(word_elem<T>(raw, 0), mult[0]), f32_mul(word_elem<T>(raw, 1), mult[1]),
+                                       f32_mul(word_elem<T>(raw, 2), mult[2]), f32_mul(word_elem<T>(raw, 3), mult[3])),
+                      cast_fp8x4<E5M2>(f32_mul(word_elem<T>(raw, 4), mult[4]), f32_mul(word_elem<T>(raw, 5), mult[5]),
+                                       f32_mul(word_elem<T>(raw, 6), mult[6]), f32_mul(word_elem<T>(raw, 7), mult[7])));
 }
 
-// The same, stored at dst (8-byte aligned).
-template <typename T>
-__device__ __forceinline__ void store_q8(u8* __restrict__ dst, const u32* raw, const float (&mult)[8], int e5m2) {
-    *reinterpret_cast<uint2*>(dst) = quantize8<T>(raw, mult, e5m2);
+// The 4 rows of a thread: row i with multipliers mult[i] (one per row) or mult8 (one per column).
+template <typename T, bool E5M2>
+__device__ __forceinline__ void quantize_rows(const u32 (*raw)[2 * sizeof(T)], const float (&mult)[4], uint2 (&q)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        float m8[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) m8[j] = mult[i];
+        q[i] = quantize8<T, E5M2>(raw[i], m8);
+    }
+}
+template <typename T, bool E5M2>
+__device__ __forceinline__ void quantize_rows(const u32 (*raw)[2 * sizeof(T)], const float (&mult8)[8], uint2 (&q)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) q[i] = quantize8<T, E5M2>(raw[i], mult8);
+}
+template <typename T, typename Mult>
+__device__ __forceinline__ void quantize_rows(int e5m2, const u32 (*raw)[2 * sizeof(T)], const Mult& mult, uint2 (&q)[4]) {
+    if (e5m2) quantize_rows<T, true>(raw, mult, q); else quantize_rows<T, false>(raw, mult, q);
 }
 
 // MODE: 1 = 1D row-wise only, 2 = 1D column-wise only, 3 = 1D both, 4 = 2D (row_out / col_out say which usages).
@@ -191,29 +238,40 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
                                     u8* __restrict__ col_out, u8* __restrict__ col_scale, int col_ld) {
     constexpr int W = 2 * sizeof(T);
     constexpr int WARPS = THREADS / 32;
-    __shared__ float col_part[WARPS][8][32];  // [warp][j][cg]: column 8*cg + j, max over the warp's 4 rows
-    __shared__ __align__(8) u8 col_e[TILE_K];  // column scale bytes of the tile
-    __shared__ float tile_part[2][WARPS][8];  // 2D: [buffer][warp][32-column block]
+    constexpr u32 FULL = 0xffffffffu;
+    __shared__ float col_part[WARPS][8][32];          // [warp][j][cg]: column 8*cg + j, max over the warp's 4 rows
+    __shared__ __align__(16) float col_mult[TILE_K];  // column multipliers 2^(127-e) of the tile
+    __shared__ float tile_part[2][WARPS][8];          // 2D: [buffer][warp][32-column block]
 
     const int n_tk = (K + TILE_K - 1) / TILE_K;
     const int tiles = (M / TILE_M) * n_tk;
-    const int t = threadIdx.x, cg = t & 31, rg = t >> 5;
+    const int t = threadIdx.x, cg = t & 31, rg = t >> 5, lane = t & 31;
     constexpr bool two_d = MODE == 4, rows_1d = MODE == 1 || MODE == 3, cols_1d = MODE == 2 || MODE == 3;
 
     u32 next[4][W];
     int tile_id = blockIdx.x;
-    if (tile_id < tiles) load_tile(x, K, (tile_id / n_tk) * TILE_M, (tile_id % n_tk) * TILE_K, next);
+    if (tile_id >= tiles) return;  // no tile for this block (n_tk >= 1 below)
+    // Tile coordinates advance by (step_m, step_k) per grid stride (no division in the loop).
+    const int step_m = (int)gridDim.x / n_tk, step_k = (int)gridDim.x - step_m * n_tk;
+    int am = tile_id / n_tk, ak = tile_id - am * n_tk;  // coordinates of tile_id, then of the tile loaded ahead
+    load_tile(x, K, am * TILE_M, ak * TILE_K, next);
     int buf = 0;
     for (; tile_id < tiles; tile_id += gridDim.x) {
+        const int m0 = am * TILE_M, k0 = ak * TILE_K;
+        ak += step_k;
+        am += step_m;
+        if (ak >= n_tk) {
+            ak -= n_tk;
+            ++am;
+        }
         u32 raw[4][W];
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
         const int ahead = tile_id + gridDim.x;
-        if (ahead < tiles) load_tile(x, K, (ahead / n_tk) * TILE_M, (ahead % n_tk) * TILE_K, next);
+        if (ahead < tiles) load_tile(x, K, am * TILE_M, ak * TILE_K, next);
 
-        const int m0 = (tile_id / n_tk) * TILE_M, k0 = (tile_id % n_tk) * TILE_K;
         const int k = k0 + 8 * cg;
         const bool valid = k < K;
         const i64 off0 = (i64)(m0 + 4 * rg) * K + k;  // element (row 4*rg, column k) of the tile; rows K apart
@@ -225,8 +283,8 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
             for (int i = 0; i < 4; ++i)
 #pragma unroll
                 for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
-            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 1));
-            a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 2));
+            a = f32_max(a, __shfl_xor_sync(FULL, a, 1));
+            a = f32_max(a, __shfl_xor_sync(FULL, a, 2));
             if ((cg & 3) == 0) tile_part[buf][rg][cg >> 2] = a;
             __syncthreads();
 #pragma unroll
@@ -236,19 +294,18 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
             for (int w = 0; w < WARPS; ++w) b = f32_max(b, tile_part[buf][w][cg >> 2]);
             const u32 e = e8m0_from_f32(f32_mul(b, inv_fmax));
             const float mult1 = e8m0_encode_multiplier(e);
-            float mult[8];
-#pragma unroll
-            for (int j = 0; j < 8; ++j) mult[j] = mult1;
+            const float mult[4] = {mult1, mult1, mult1, mult1};
             if (valid) {
+                uint2 q[4];
+                quantize_rows<T>(e5m2, raw, mult, q);  // the same bytes serve both usages
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const i64 off = off0 + (i64)i * K;
-                    const uint2 q = quantize8<T>(raw[i], mult, e5m2);  // the same bytes serve both usages
                     if (row_out != nullptr) {
-                        *reinterpret_cast<uint2*>(row_out + off) = q;
-                        if ((cg & 3) == 0) row_scale[(i64)(m0 + 4 * rg + i) * row_ld + k / 32] = (u8)e;
+                        *reinterpret_cast<uint2*>(row_out + off) = q[i];
+                        if ((cg & 3) == i) row_scale[(i64)(m0 + 4 * rg + i) * row_ld + k / 32] = (u8)e;
                     }
-                    if (col_out != nullptr) *reinterpret_cast<uint2*>(col_out + off) = q;
+                    if (col_out != nullptr) *reinterpret_cast<uint2*>(col_out + off) = q[i];
                 }
                 if (col_out != nullptr && rg == 0) {
                     const u32 e4 = e * 0x01010101u;
@@ -258,38 +315,54 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
             buf ^= 1;
             continue;
         }
-        if constexpr (rows_1d) {
-            // A 1x32 block is the 4-lane group of cg: max over 8 values, then 2 shuffles; no barrier.
+        // One pass over the values: maxima of the thread's 4 rows (8 values each) and 8 columns (4 values
+        // each). The maxima are exact and never NaN (they start at 0), so any order gives the same amax.
+        float ra[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ca[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (rows_1d || cols_1d) {
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                float a = 0.0f;
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
-                a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 1));
-                a = f32_max(a, __shfl_xor_sync(0xffffffffu, a, 2));
-                const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
-                const float mult1 = e8m0_encode_multiplier(e);
-                float mult[8];
-#pragma unroll
-                for (int j = 0; j < 8; ++j) mult[j] = mult1;
-                if (valid) {
-                    const int m = m0 + 4 * rg + i;
-                    store_q8<T>(row_out + off0 + (i64)i * K, raw[i], mult, e5m2);
-                    if ((cg & 3) == 0) row_scale[(i64)m * row_ld + k / 32] = (u8)e;
+                for (int j = 0; j < 8; ++j) {
+                    const float v = f32_abs(word_elem<T>(raw[i], j));
+                    if constexpr (rows_1d) ra[i] = f32_max(ra[i], v);
+                    if constexpr (cols_1d) ca[j] = f32_max(ca[j], v);
                 }
+        }
+        if constexpr (cols_1d) {
+            // 32x1 blocks: the thread's 4 rows, then the 8 warps in shared memory (after the row-wise work).
+#pragma unroll
+            for (int j = 0; j < 8; ++j) col_part[rg][j][cg] = ca[j];
+        }
+        if constexpr (rows_1d) {
+            // A 1x32 block is the 4-lane group of cg. Its 4 row maxima are reduced and scattered over the 4
+            // lanes (exchange 2 rows with lane ^ 2, 1 row with lane ^ 1): lane cg ends with the amax of row
+            // 4*rg + cg%4, computes that row's scale byte and multiplier, and the lanes fetch the 4
+            // multipliers by shuffles; no barrier.
+            const bool b1 = (cg & 2) != 0, b0 = (cg & 1) != 0;
+            float h0 = b1 ? ra[2] : ra[0], h1 = b1 ? ra[3] : ra[1];  // rows 2*b1, 2*b1 + 1
+            const float g0 = b1 ? ra[0] : ra[2], g1 = b1 ? ra[1] : ra[3];
+            h0 = f32_max(h0, __shfl_xor_sync(FULL, g0, 2));
+            h1 = f32_max(h1, __shfl_xor_sync(FULL, g1, 2));
+            float ar = b0 ? h1 : h0;  // row 2*b1 + b0 = cg % 4
+            ar = f32_max(ar, __shfl_xor_sync(FULL, b0 ? h0 : h1, 1));
+            const u32 e = e8m0_from_f32(f32_mul(ar, inv_fmax));
+            const float mult1 = e8m0_encode_multiplier(e);
+            float mult[4];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) mult[i] = __shfl_sync(FULL, mult1, (lane & ~3) | i);
+            if (valid) {
+                row_scale[(i64)(m0 + 4 * rg + (cg & 3)) * row_ld + k / 32] = (u8)e;
+                if constexpr (!cols_1d) {  // (with both usages, reconverting costs registers here)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) reload(raw[i]);
+                }
+                uint2 q[4];
+                quantize_rows<T>(e5m2, raw, mult, q);
+#pragma unroll
+                for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(row_out + off0 + (i64)i * K) = q[i];
             }
         }
         if constexpr (cols_1d) {
-#pragma unroll
-            for (int i = 0; i < 4; ++i) reload(raw[i]);
-            // 32x1 blocks: max over the thread's 4 rows, then over the 8 warps in shared memory.
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                float a = 0.0f;
-#pragma unroll
-                for (int i = 0; i < 4; ++i) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
-                col_part[rg][j][cg] = a;
-            }
             __syncthreads();
             {
                 // Thread t reduces column 8 * (t % 32) + t / 32 (conflict-free reads of col_part).
@@ -298,19 +371,20 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
 #pragma unroll
                 for (int w = 0; w < WARPS; ++w) a = f32_max(a, col_part[w][rj][rc]);
                 const u32 e = e8m0_from_f32(f32_mul(a, inv_fmax));
-                col_e[c] = (u8)e;
+                col_mult[c] = e8m0_encode_multiplier(e);
                 if (k0 + c < K) col_scale[(i64)(m0 / 32) * col_ld + k0 + c] = (u8)e;
             }
             __syncthreads();
 #pragma unroll
             for (int i = 0; i < 4; ++i) reload(raw[i]);
             if (valid) {
-                const uint2 ew = *reinterpret_cast<const uint2*>(col_e + 8 * cg);
-                float mult[8];
+                const float4 ma = *reinterpret_cast<const float4*>(col_mult + 8 * cg);
+                const float4 mb = *reinterpret_cast<const float4*>(col_mult + 8 * cg + 4);
+                const float mult[8] = {ma.x, ma.y, ma.z, ma.w, mb.x, mb.y, mb.z, mb.w};
+                uint2 q[4];
+                quantize_rows<T>(e5m2, raw, mult, q);
 #pragma unroll
-                for (int j = 0; j < 8; ++j) mult[j] = e8m0_encode_multiplier(((j < 4 ? ew.x : ew.y) >> (8 * (j & 3))) & 0xFFu);
-#pragma unroll
-                for (int i = 0; i < 4; ++i) store_q8<T>(col_out + off0 + (i64)i * K, raw[i], mult, e5m2);
+                for (int i = 0; i < 4; ++i) *reinterpret_cast<uint2*>(col_out + off0 + (i64)i * K) = q[i];
             }
         }
     }

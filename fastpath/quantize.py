@@ -427,7 +427,7 @@ def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: 
     col_scale = _nvfp4_scale_tensor(k, m, dev) if columnwise else None
     sr = random_rowwise is not None or random_columnwise is not None
     if use_4over6:
-        variant, per_sm = ("4o6_2d" if two_d else "4o6"), 2
+        variant, per_sm = ("4o6_2d" if two_d else "4o6"), 3
     elif rht:
         variant, per_sm = ("sr_rht" if sr else "rht"), 2
     else:

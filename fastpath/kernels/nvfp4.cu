@@ -23,7 +23,8 @@
 //                           (a thread takes 4 columns x 16 rows, read as 8-byte loads).
 //   nvfp4_quantize_<v>_*    pass 2, one kernel per option set <v> (std, 2d, sr, 2d_sr, rht, sr_rht, 4o6,
 //                           4o6_2d): persistent blocks walk 64-row x 256-byte tiles (last tile first, so
-//                           pass 1's most recent lines are still in L2); tiles are staged in shared memory
+//                           pass 1's most recent lines are still in L2; tile coordinates advanced by a
+//                           subtraction with borrow, no division per tile); tiles are staged in shared memory
 //                           by a double-buffered cp.async pipeline (one barrier per tile, XOR-swizzled
 //                           16-byte chunks: conflict-free for both passes); row-wise 16-blocks and column-wise
 //                           (2 columns x 16 rows) blocks are read from the stage; every thread writes
@@ -34,7 +35,12 @@
 // Fast paths (bit-identical by construction, see each helper): block amaxes as packed 16-bit integer
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
 // the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes from
-// three saturating fused multiply-adds (e2m1_rne_acc), packed with shifts.
+// three saturating fused multiply-adds (e2m1_rne_acc), packed with shifts; bf16 halves of a word widened
+// by one shift or mask. 4over6: the decoded candidate values RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of
+// every scale byte s and magnitude k are built once per block (a 128 x 8 table per orientation, the
+// reference's ops), so a block's errors need no division: per element and candidate one table load,
+// RN(T - |x|) and the accumulation (equal to the reference's |diff| / diff^2, see four_over_six_rne);
+// a block holding a NaN has NaN errors (as in the reference) and maps to 6.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -150,6 +156,11 @@ template <> __device__ __forceinline__ float bits16_to_f32<__half>(u32 b) {
 template <> __device__ __forceinline__ float bits16_to_f32<__nv_bfloat16>(u32 b) {
     return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
 }
+// The low / high 16-bit element of a word as fp32 (bf16: the bits moved to the top, one instruction).
+template <typename T> __device__ __forceinline__ float lo16_to_f32(u32 w) { return bits16_to_f32<T>(w & 0xFFFFu); }
+template <typename T> __device__ __forceinline__ float hi16_to_f32(u32 w) { return bits16_to_f32<T>(w >> 16); }
+template <> __device__ __forceinline__ float lo16_to_f32<__nv_bfloat16>(u32 w) { return __uint_as_float(w << 16); }
+template <> __device__ __forceinline__ float hi16_to_f32<__nv_bfloat16>(u32 w) { return __uint_as_float(w & 0xFFFF0000u); }
 template <typename T> __device__ __forceinline__ u32 f32_to_bits16(float v);
 template <> __device__ __forceinline__ u32 f32_to_bits16<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
 template <> __device__ __forceinline__ u32 f32_to_bits16<__nv_bfloat16>(float v) {
@@ -438,43 +449,91 @@ __device__ __forceinline__ float group_max(float a) {
     return a;
 }
 
-// Sequential error of one 4over6 candidate (packed codes): val = RN(RN(RN(e2m1(q_i) * s_c) * A) / fl(6E)).
-__device__ __forceinline__ float candidate_error(const float (&v)[16], u32 lo, u32 hi, float scale, float amax,
-                                                 const Options& o) {
-    float err = 0.0f;
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-        const u32 code = ((i < 8 ? lo : hi) >> (4 * (i & 7))) & 15u;
-        const float val = f32_div(f32_mul(f32_mul(e2m1_to_f32(code), scale), amax), o.six_e);
-        const float diff = f32_sub(val, v[i]);
-        err = f32_add(err, o.mse ? f32_mul(diff, diff) : f32_abs(diff));
-    }
-    return err;
+// ------------------------------------------------------------------ 4over6
+// The reference's decoded value of a candidate code depends only on the scale byte s and the magnitude k:
+//   val = RN(RN(RN(e2m1(k) * float(s)) * A) / fl(6E)),  negated (bit for bit) for a negative code,
+// since every step is a correctly rounded product or quotient of non-negative non-NaN factors (A >= 0, s
+// <= 0x7E) and so symmetric in the sign of e2m1(q). One table T[s][k] (128 x 8 fp32, the same ops) per
+// orientation is built once per block; blocks read it through 32-bit shared addresses.
+#define VAL_ENTRIES 1024
+__device__ __forceinline__ float candidate_value(u32 s, u32 k, float amax, float six_e) {
+    return f32_div(f32_mul(f32_mul(e2m1_to_f32(k), e4m3_to_f32(s)), amax), six_e);
 }
+
+#ifdef __CUDA_ARCH__
+__device__ __forceinline__ float lds_f32(u32 addr) {
+    float r;
+    asm("ld.shared.f32 %0, [%1];" : "=f"(r) : "r"(addr));
+    return r;
+}
+__device__ __forceinline__ u32 shared_addr(const void* p) { return (u32)__cvta_generic_to_shared(p); }
+#else
+__device__ __forceinline__ float lds_f32(u32 addr) { return *reinterpret_cast<const float*>((unsigned long long)addr); }
+__device__ __forceinline__ u32 shared_addr(const void* p) { return (u32)(unsigned long long)p; }
+#endif
 
 struct Candidates {
     u32 s4, s6, lo4, hi4, lo6, hi6;
     float err4, err6;
 };
 
-// Both 4over6 candidates of one block; the caller sums 2D errors over the tile and picks.
+// Codes and sequential errors of both candidates of a NaN-free block, element by element. The code of
+// x_i has x_i's sign (encode16_rne), so val_i = ±T[s][k_i] with x_i's sign and RN(val_i - x_i) =
+// ±RN(T[s][k_i] - |x_i|) (RN is symmetric): |diff| and RN(diff * diff) are the reference's bit for bit (a
+// zero diff may differ only in its sign), and err = RN(err + |diff|) or RN(err + RN(diff * diff)) runs in the
+// reference's element order from +0. The magnitude k_i is the low 3 bits of e2m1_rne_acc's result
+// (bits(M) + k_i), so the table address is base4 + 4 * bits with base4 = &T[s4][0] - 4 * bits(M) (mod 2^32).
+#define E2M1_ACC_MAGIC_BITS 0x4B400000u  // bits(E2M1_ACC_MAGIC)
+template <bool MSE>
+__device__ __forceinline__ void four_over_six_rne(const float (&v)[16], float enc4, float enc6, u32 base4, u32 base6,
+                                                  Signs sg, Candidates& c) {
+    u32 l4 = 0u, h4 = 0u, l6 = 0u, h6 = 0u;
+    float e4 = 0.0f, e6 = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+        const u32 b4 = e2m1_rne_acc(f32_mul(v[i], enc4)), b6 = e2m1_rne_acc(f32_mul(v[i], enc6));
+        if (i < 8) {
+            l4 += b4 << (4 * i);
+            l6 += b6 << (4 * i);
+        } else {
+            h4 += b4 << (4 * (i - 8));
+            h6 += b6 << (4 * (i - 8));
+        }
+        const float a = f32_abs(v[i]);
+        const float d4 = f32_sub(lds_f32(base4 + (b4 << 2)), a), d6 = f32_sub(lds_f32(base6 + (b6 << 2)), a);
+        e4 = f32_add(e4, MSE ? f32_mul(d4, d4) : f32_abs(d4));
+        e6 = f32_add(e6, MSE ? f32_mul(d6, d6) : f32_abs(d6));
+    }
+    c.lo4 = (l4 - E2M1_ACC_PACK_BIAS) | sg.lo;
+    c.hi4 = (h4 - E2M1_ACC_PACK_BIAS) | sg.hi;
+    c.lo6 = (l6 - E2M1_ACC_PACK_BIAS) | sg.lo;
+    c.hi6 = (h6 - E2M1_ACC_PACK_BIAS) | sg.hi;
+    c.err4 = e4;
+    c.err6 = e6;
+}
+
+// Both 4over6 candidates of one block (val_tab: shared address of this orientation's T); the caller sums 2D
+// errors over the tile and picks. A block holding a NaN has NaN errors in the reference (diff = val - NaN,
+// and NaN propagates through every later sum), so both are NaN here and the block (2D: its tile) maps to 6.
 __device__ __forceinline__ Candidates four_over_six(const float (&v)[16], float b, bool has_nan, Signs sg,
-                                                    const Pass& ps, const float* enc_tab, const Options& o) {
+                                                    const Pass& ps, const float* enc_tab, u32 val_tab,
+                                                    const Options& o) {
     Candidates c;
     const float base = f32_mul(f32_div(b, 6.0f), ps.enc);
     c.s4 = cast_e4m3(f32_min(f32_mul(base, 1.5f), 448.0f));
     c.s6 = cast_e4m3(f32_min(base, 448.0f));
     const float enc4 = enc_tab[c.s4], enc6 = enc_tab[c.s6];
-    const u32 none[4] = {0u, 0u, 0u, 0u};
     if (has_nan) {
+        const u32 none[4] = {0u, 0u, 0u, 0u};
         encode16_generic<false>(v, enc4, none, &c.lo4, &c.hi4);
         encode16_generic<false>(v, enc6, none, &c.lo6, &c.hi6);
+        c.err4 = c.err6 = __uint_as_float(0x7FFFFFFFu);
     } else {
-        encode16_rne(v, enc4, sg, &c.lo4, &c.hi4);
-        encode16_rne(v, enc6, sg, &c.lo6, &c.hi6);
+        const u32 base4 = val_tab + 32u * c.s4 - (E2M1_ACC_MAGIC_BITS << 2);
+        const u32 base6 = val_tab + 32u * c.s6 - (E2M1_ACC_MAGIC_BITS << 2);
+        if (o.mse) four_over_six_rne<true>(v, enc4, enc6, base4, base6, sg, c);
+        else four_over_six_rne<false>(v, enc4, enc6, base4, base6, sg, c);
     }
-    c.err4 = candidate_error(v, c.lo4, c.hi4, e4m3_to_f32(c.s4), ps.amax, o);
-    c.err6 = candidate_error(v, c.lo6, c.hi6, e4m3_to_f32(c.s6), ps.amax, o);
     return c;
 }
 
@@ -563,7 +622,7 @@ template <> struct Bits16<__half> { static constexpr u32 inf = 0x7C00u; };
 // the 16 rows of a 16x16 tile (2D: tile amax and 4over6 error tree by xor-shuffles within the 16 lanes).
 template <typename T, bool TWO_D, bool SR, bool FOUR6>
 __device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const QArgs& a, const Pass& ps,
-                                         const float* enc_tab) {
+                                         const float* enc_tab, u32 val_tab) {
     constexpr int CH = (int)sizeof(T);          // 16-byte chunks per block
     constexpr int NB = QROW_BYTES / (16 * CH);  // blocks per tile row: 8 or 4
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -591,8 +650,8 @@ __device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const QAr
             u32 mx = 0u;
 #pragma unroll
             for (int i = 0; i < 8; ++i) {
-                v[2 * i] = bits16_to_f32<T>(w[i] & 0xFFFFu);
-                v[2 * i + 1] = bits16_to_f32<T>(w[i] >> 16);
+                v[2 * i] = lo16_to_f32<T>(w[i]);
+                v[2 * i + 1] = hi16_to_f32<T>(w[i]);
                 mx = max_u16x2(mx, w[i] & 0x7FFF7FFFu);
             }
             mx = max_u16x2(mx, mx >> 16) & 0xFFFFu;
@@ -607,7 +666,7 @@ __device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const QAr
         if (TWO_D) bmax = group_max<16>(bmax);
         u32 lo, hi, s_b;
         if constexpr (FOUR6) {
-            Candidates c = four_over_six(v, bmax, has_nan, sg, ps, enc_tab, a.o);
+            Candidates c = four_over_six(v, bmax, has_nan, sg, ps, enc_tab, val_tab, a.o);
             if (TWO_D) {
 #pragma unroll
                 for (int o = 8; o > 0; o >>= 1) {  // rows (r, r+8) -> (r, r+4) -> (r, r+2) -> (r, r+1)
@@ -632,7 +691,7 @@ __device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const QAr
 // one 32-byte sector.
 template <typename T, bool TWO_D, bool SR, bool RHT, bool FOUR6>
 __device__ __forceinline__ void col_pass(const u8* st, int m0, int k0, const QArgs& a, const Pass& ps,
-                                         const float* enc_tab) {
+                                         const float* enc_tab, u32 val_tab) {
     constexpr int CPW = 4 / (int)sizeof(T);  // columns per word
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int wd = CPW == 2 ? 8 * warp + (lane & 7) : 16 * (warp >> 1) + (lane & 15);
@@ -667,7 +726,7 @@ __device__ __forceinline__ void col_pass(const u8* st, int m0, int k0, const QAr
     for (int h = 0; h < CPW; ++h) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
-            if constexpr (CPW == 2) v[h][i] = bits16_to_f32<T>((w[i] >> (16 * h)) & 0xFFFFu);
+            if constexpr (CPW == 2) v[h][i] = h ? hi16_to_f32<T>(w[i]) : lo16_to_f32<T>(w[i]);
             else v[h][i] = __uint_as_float(w[i]);
         }
         if constexpr (RHT) rht16(v[h], a.sign_mask, rht_exact((keys_max >> (16 * h)) & 0xFFFFu, (keys_min >> (16 * h)) & 0xFFFFu));
@@ -690,7 +749,7 @@ __device__ __forceinline__ void col_pass(const u8* st, int m0, int k0, const QAr
     if constexpr (FOUR6) {
         Candidates cd[CPW];
 #pragma unroll
-        for (int h = 0; h < CPW; ++h) cd[h] = four_over_six(v[h], bmax[h], has_nan[h], sg[h], ps, enc_tab, a.o);
+        for (int h = 0; h < CPW; ++h) cd[h] = four_over_six(v[h], bmax[h], has_nan[h], sg[h], ps, enc_tab, val_tab, a.o);
         if (TWO_D) {  // columns (c, c+8) -> (c, c+4) -> (c, c+2) -> (c, c+1) of the tile
 #pragma unroll
             for (int o = (CPW == 2 ? 4 : 8); o > 0; o >>= 1) {
@@ -741,18 +800,39 @@ __device__ __forceinline__ void quantize_tiles(const QArgs& a) {
     if (do_col) cp = make_pass(*a.col_amax, a.o.six_e);
     if (t < 128) enc_tab[0][t] = block_encode_multiplier((u32)t, rp.dec);
     else enc_tab[1][t - 128] = block_encode_multiplier((u32)(t - 128), cp.dec);
+    __shared__ float val_tab[FOUR6 ? 2 : 1][FOUR6 ? VAL_ENTRIES : 1];  // 4over6 candidate values
+    if constexpr (FOUR6) {
+#pragma unroll 1
+        for (int i = t; i < VAL_ENTRIES; i += THREADS) {
+            if (do_row) val_tab[0][i] = candidate_value((u32)i >> 3, (u32)i & 7u, rp.amax, a.o.six_e);
+            if (do_col) val_tab[1][i] = candidate_value((u32)i >> 3, (u32)i & 7u, cp.amax, a.o.six_e);
+        }
+    }
+    const u32 row_vals = FOUR6 ? shared_addr(val_tab[0]) : 0u, col_vals = FOUR6 ? shared_addr(val_tab[FOUR6 ? 1 : 0]) : 0u;
 
     constexpr int TC = QROW_BYTES / (int)sizeof(T);  // tile columns
     constexpr int VEC = 16 / (int)sizeof(T);         // elements per chunk
     const int n_tk = (a.K + TC - 1) / TC;
     const int n_tiles = ((a.M + QROWS - 1) / QROWS) * n_tk;
     const T* x = reinterpret_cast<const T*>(a.x);
-    auto stage = [&](int it) {
-        const int idx = (int)blockIdx.x + it * (int)gridDim.x;
-        if (idx < n_tiles) {
-            const int tile = n_tiles - 1 - idx;
-            const int m0 = (tile / n_tk) * QROWS, k0 = (tile % n_tk) * TC;
-            u8* st = stages[it % QSTAGES];
+    // Tile (tm, tk) = divmod(n_tiles - 1 - blockIdx.x - it * gridDim.x, n_tk), walked without divisions:
+    // each step subtracts gridDim.x = g_m * n_tk + g_k with a borrow; the walk ends when tm < 0.
+    const int g_m = (int)gridDim.x / n_tk, g_k = (int)gridDim.x - g_m * n_tk;
+    const int first = n_tiles - 1 - (int)blockIdx.x;
+    int tm = first < 0 ? -1 : first / n_tk;
+    int tk = first - tm * n_tk;
+    auto advance = [&](int& m, int& k) {
+        m -= g_m;
+        k -= g_k;
+        if (k < 0) {
+            k += n_tk;
+            --m;
+        }
+    };
+    auto stage = [&](int buf, int sm, int sk) {
+        if (sm >= 0) {
+            const int m0 = sm * QROWS, k0 = sk * TC;
+            u8* st = stages[buf];
 #pragma unroll
             for (int q = 0; q < QSTAGE_BYTES / 16 / THREADS; ++q) {
                 const int id = t + THREADS * q, r = id >> 4, ch = id & 15;
@@ -763,17 +843,21 @@ __device__ __forceinline__ void quantize_tiles(const QArgs& a) {
         }
         cp_async_commit();
     };
-    stage(0);
+    stage(0, tm, tk);
+    int nm = tm, nk = tk;  // the next tile
+    advance(nm, nk);
 #pragma unroll 1
-    for (int it = 0; (int)blockIdx.x + it * (int)gridDim.x < n_tiles; ++it) {
+    for (int it = 0; tm >= 0; ++it) {
         cp_async_wait<0>();
         __syncthreads();
-        stage(it + 1);
-        const int tile = n_tiles - 1 - ((int)blockIdx.x + it * (int)gridDim.x);
-        const int m0 = (tile / n_tk) * QROWS, k0 = (tile % n_tk) * TC;
+        stage((it + 1) % QSTAGES, nm, nk);
+        const int m0 = tm * QROWS, k0 = tk * TC;
         const u8* st = stages[it % QSTAGES];
-        if (do_row) row_pass<T, TWO_D, SR, FOUR6>(st, m0, k0, a, rp, enc_tab[0]);
-        if (do_col) col_pass<T, TWO_D, SR, RHT, FOUR6>(st, m0, k0, a, cp, enc_tab[1]);
+        if (do_row) row_pass<T, TWO_D, SR, FOUR6>(st, m0, k0, a, rp, enc_tab[0], row_vals);
+        if (do_col) col_pass<T, TWO_D, SR, RHT, FOUR6>(st, m0, k0, a, cp, enc_tab[1], col_vals);
+        tm = nm;
+        tk = nk;
+        advance(nm, nk);
     }
 }
 
@@ -895,7 +979,8 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             float v[16];
 #pragma unroll
             for (int i = 0; i < 16; ++i)
-                v[i] = bits16_to_f32<__nv_bfloat16>(((col < 2 ? wx[i] : wy[i]) >> (16 * (col & 1))) & 0xFFFFu);
+                v[i] = (col & 1) ? hi16_to_f32<__nv_bfloat16>(col < 2 ? wx[i] : wy[i])
+                                 : lo16_to_f32<__nv_bfloat16>(col < 2 ? wx[i] : wy[i]);
             const int sh = 16 * (col & 1);
             rht16(v, sign_mask, col < 2 ? rht_exact((kx_max >> sh) & 0xFFFFu, (kx_min >> sh) & 0xFFFFu)
                                         : rht_exact((ky_max >> sh) & 0xFFFFu, (ky_min >> sh) & 0xFFFFu));
@@ -1076,8 +1161,8 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
     NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 2d, true, false, false, false, 3)                                             \
     NVFP4_QUANTIZE_ENTRY(T, SUFFIX, sr, false, true, false, false, 3)                                             \
     NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 2d_sr, true, true, false, false, 3)                                           \
-    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 4o6, false, false, false, true, 2)                                            \
-    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 4o6_2d, true, false, false, true, 2)                                          \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 4o6, false, false, false, true, 3)                                            \
+    NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 4o6_2d, true, false, false, true, 3)                                          \
     extern "C" __global__ void __launch_bounds__(THREADS) nvfp4_amax_##SUFFIX(const uint4* x, i64 n16,         \
                                                                               float* out1, float* out2) {      \
         amax_impl<T>(x, n16, out1, out2);                                                                      \

@@ -12,7 +12,9 @@ width or the pointers do not allow 16-byte vectors); ``256 // TPR`` rows per
 block; one wave of blocks (as many as the GPU holds at once) walks the rows with
 a grid-stride loop, each thread prefetching its part of the block's next row into
 L2. Backward kernels accumulate the weight (and bias) gradients of their rows in
-registers, write one fp32 partial row per row slot, and a second small kernel
+registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
+threads; 512-thread blocks run ``layer_norm_bwd_wide``, which keeps it in
+registers), write one fp32 partial row per row slot, and a second small kernel
 sums the partial rows (32 columns x 16 stripes of rows per block). Rows wider than
 a 512-thread block holds (16384 fp16/bf16, 8192 fp32, 4096 unaligned elements) go
 to the reference, as do CPU tensors, empty tensors and mixed dtypes.
@@ -36,6 +38,9 @@ _MAX_ROW_THREADS = 512
 _VECTOR_PACKS, _SCALAR_PACKS = 4, 8  # VEC_PPT and SCALAR_PPT in norm.cu
 _THREADS = 256
 _FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in norm.cu
+#: layer_norm_bwd keeps its bias-gradient sums in shared memory sized for blocks of at most this
+#: many threads (DB_THREADS in norm.cu); wider blocks run layer_norm_bwd_wide.
+_DB_THREADS = 256
 #: Blocks per SM assumed when CuPy cannot answer the occupancy query (2 x 512 threads always fit).
 _FALLBACK_BLOCKS_PER_SM = 2
 
@@ -134,7 +139,8 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
     vec, tpr, rpb = layout
     dx = torch.empty_like(x)
     suffix = _SUFFIX[x.dtype]
-    name = f"{kind}_bwd_{suffix}"
+    wide = kind == "layer_norm" and tpr * rpb > _DB_THREADS
+    name = f"{kind}_bwd_wide_{suffix}" if wide else f"{kind}_bwd_{suffix}"
     blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb))
     parts = blocks * rpb
     partial_w = torch.empty((parts, n), dtype=torch.float32, device=x.device) if weight is not None else None

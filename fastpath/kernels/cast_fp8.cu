@@ -21,7 +21,10 @@
 //                         optional accumulator update (delayed scaling)
 //   fp8_cast_transpose_*  persistent 128x128 tiles, 512 threads: row-wise bytes and the transposed (K, M)
 //                         copy in one pass; the next tile is loaded into registers while this one is
-//                         cast and stored, so a whole tile of loads is always in flight
+//                         cast and stored, so a whole tile of loads is always in flight; four values per
+//                         pair of cvt.rn.satfinite.*x2.f32 (the same per-value conversion as Q_F), the
+//                         column words by byte permutes; one code path per format and per with/without
+//                         accumulator (the block amax is only computed for the accumulator)
 //   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
 //   fp8_compute_scale     compute_scale_from_amax on an fp32 amax tensor (one thread per element)
 
@@ -308,6 +311,9 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
 // The transposed bytes go through shared memory: word tile[c][r4] holds rows 4*r4..4*r4+3 of column c;
 // rows are padded to 33 words and the word index is XOR-swizzled so both the writes and the 16-byte
 // read-out are free of bank conflicts. Two tile buffers alternate, so one barrier per tile suffices.
+// A thread's 4x8 bytes are cast as row words (cast_fp8x4) and turned into its 8 column words by a 4x4 byte
+// transpose per half (__byte_perm); full tiles store the row words without bounds checks; the tile
+// coordinates move on incrementally (no division per tile).
 #define TILE 128
 #define TILE_THREADS 512
 
@@ -382,21 +388,77 @@ __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __re
     }
 }
 
-template <typename T>
+// Q_F of four values packed little-endian (a in the lowest byte): two cvt.rn.satfinite.e{4m3,5m2}x2.f32,
+// each lane the very conversion __nv_cvt_float_to_fp8(.., __NV_SATFINITE, F) performs on sm_89+ (cast_fp8).
+template <bool E5M2>
+__device__ __forceinline__ u32 cast_fp8x4(float a, float b, float c, float d) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    u32 r;
+    if (E5M2)
+        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, %2, %1; cvt.rn.satfinite.e5m2x2.f32 hi, %4, %3;"
+            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    else
+        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
+            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
+    return r;
+#else
+    const int e5m2 = E5M2 ? 1 : 0;
+    return cast_fp8(a, e5m2) | (cast_fp8(b, e5m2) << 8) | (cast_fp8(c, e5m2) << 16) | (cast_fp8(d, e5m2) << 24);
+#endif
+}
+
+// The 8 elements of one row of a thread's tile part (raw words as loaded), exactly as fp32; the pointer
+// argument only selects the input type.
+__device__ __forceinline__ void unpack_row8(const float*, const u32 (&w)[8], float (&v)[8]) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) v[j] = __uint_as_float(w[j]);
+}
+__device__ __forceinline__ void unpack_row8(const __nv_bfloat16*, const u32 (&w)[4], float (&v)[8]) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {  // a bf16 value is the upper half of its fp32 value
+        v[2 * p] = __uint_as_float(w[p] << 16);
+        v[2 * p + 1] = __uint_as_float(w[p] & 0xFFFF0000u);
+    }
+}
+__device__ __forceinline__ void unpack_row8(const __half*, const u32 (&w)[4], float (&v)[8]) {
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        __half2 h;
+        *reinterpret_cast<u32*>(&h) = w[p];
+        v[2 * p] = __low2float(h);  // cvt.f32.f16 of each half, as __half2float
+        v[2 * p + 1] = __high2float(h);
+    }
+}
+
+// Tile coordinates (tm, tk) of tile tm * n_tk + tk moved on by gridDim.x tiles (gq * n_tk + gr).
+__device__ __forceinline__ void advance_tile(int& tm, int& tk, int gq, int gr, int n_tk) {
+    tk += gr;
+    tm += gq;
+    if (tk >= n_tk) {
+        tk -= n_tk;
+        ++tm;
+    }
+}
+
+// E5M2: the FP8 format; AMAX: whether the block max of |x| goes to the accumulator (delayed scaling).
+template <typename T, bool E5M2, bool AMAX>
 __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int vec_in, int vec_row, int vec_col,
-                                    const float* __restrict__ scale_p, int e5m2, u8* __restrict__ row_out,
-                                    u8* __restrict__ col_out, float* __restrict__ scale_inv, float* accumulator) {
+                                    const float* __restrict__ scale_p, u8* __restrict__ row_out,
+                                    u8* __restrict__ col_out, float* __restrict__ scale_inv, float* accumulator,
+                                    u32 (*tile)[TILE][33]) {
     constexpr int W = 2 * sizeof(T);
-    __shared__ u32 tile[2][TILE][33];
     const int n_tk = (K + TILE - 1) / TILE;
     const int tiles = ((M + TILE - 1) / TILE) * n_tk;
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const float s = *scale_p;
     if (blockIdx.x == 0 && t == 0) *scale_inv = reciprocal_rn(s);
+    const int nt = n_tk > 0 ? n_tk : 1;  // K == 0: no tiles, and no division by zero
+    const int gq = (int)gridDim.x / nt, gr = (int)gridDim.x % nt;
 
     u32 next[4][W];
     int tile_id = blockIdx.x;
-    if (tile_id < tiles) load_tile(x, M, K, (tile_id / n_tk) * TILE, (tile_id % n_tk) * TILE, vec_in, next);
+    int tm = tile_id / nt, tk = tile_id % nt;  // of tile_id
+    if (tile_id < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, next);
     float m = 0.0f;
     int buf = 0;
     for (; tile_id < tiles; tile_id += gridDim.x) {
@@ -405,28 +467,48 @@ __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int v
         for (int i = 0; i < 4; ++i)
 #pragma unroll
             for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
-        const int ahead = tile_id + gridDim.x;
-        if (ahead < tiles) load_tile(x, M, K, (ahead / n_tk) * TILE, (ahead % n_tk) * TILE, vec_in, next);
+        const int m0 = tm * TILE, k0 = tk * TILE;
+        advance_tile(tm, tk, gq, gr, n_tk);
+        if (tile_id + (int)gridDim.x < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, next);
 
-        const int m0 = (tile_id / n_tk) * TILE, k0 = (tile_id % n_tk) * TILE;
-        u32 col_words[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) col_words[j] = 0u;
+        // rw[i][h]: byte c = q of row 4 * rg + i, column 8 * cg + 4 * h + c of the tile.
+        u32 rw[4][2];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            u32 row_words[2] = {0u, 0u};
+            float v[8];
+            unpack_row8(x, raw[i], v);
+            if (AMAX) {
 #pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const float v = word_elem<T>(raw[i], j);
-                m = f32_max(m, f32_abs(v));
-                const u32 q = cast_fp8(f32_mul(v, s), e5m2);
-                row_words[j >> 2] |= q << (8 * (j & 3));
-                col_words[j] |= q << (8 * i);
+                for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[j]));
             }
-            if (row_out != nullptr)
-                store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[0], row_words[1]);
+            rw[i][0] = cast_fp8x4<E5M2>(f32_mul(v[0], s), f32_mul(v[1], s), f32_mul(v[2], s), f32_mul(v[3], s));
+            rw[i][1] = cast_fp8x4<E5M2>(f32_mul(v[4], s), f32_mul(v[5], s), f32_mul(v[6], s), f32_mul(v[7], s));
+        }
+        if (row_out != nullptr) {
+            if (vec_row && m0 + TILE <= M && k0 + TILE <= K) {  // a full tile: no bounds to check
+                u8* dst = row_out + ((i64)(m0 + 4 * rg) * K + k0 + 8 * cg);
+#pragma unroll
+                for (int i = 0; i < 4; ++i, dst += K) *reinterpret_cast<uint2*>(dst) = make_uint2(rw[i][0], rw[i][1]);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, rw[i][0], rw[i][1]);
+            }
         }
         if (col_out != nullptr) {
+            // col_words[j]: byte i = q of row 4 * rg + i, column 8 * cg + j (a 4x4 byte transpose per h).
+            u32 col_words[8];
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const u32 a = __byte_perm(rw[0][h], rw[1][h], 0x5140);  // rows 0, 1 of columns 4h, 4h + 1
+                const u32 b = __byte_perm(rw[0][h], rw[1][h], 0x7362);  // rows 0, 1 of columns 4h + 2, 4h + 3
+                const u32 c = __byte_perm(rw[2][h], rw[3][h], 0x5140);  // rows 2, 3 of columns 4h, 4h + 1
+                const u32 d = __byte_perm(rw[2][h], rw[3][h], 0x7362);  // rows 2, 3 of columns 4h + 2, 4h + 3
+                col_words[4 * h + 0] = __byte_perm(a, c, 0x5410);
+                col_words[4 * h + 1] = __byte_perm(a, c, 0x7632);
+                col_words[4 * h + 2] = __byte_perm(b, d, 0x5410);
+                col_words[4 * h + 3] = __byte_perm(b, d, 0x7632);
+            }
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
                 const int c = 8 * cg + j;
@@ -437,9 +519,31 @@ __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int v
             buf ^= 1;
         }
     }
-    if (accumulator != nullptr) {
+    if (AMAX) {
         m = block_max(m);
         if (t == 0) atomic_fmax_accumulate(accumulator, m);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void cast_transpose_dispatch(const T* x, int M, int K, int vec_in, int vec_row,
+                                                        int vec_col, const float* scale_p, int e5m2, u8* row_out,
+                                                        u8* col_out, float* scale_inv, float* accumulator) {
+    __shared__ u32 tile[2][TILE][33];  // the transposed bytes, two alternating buffers
+    if (e5m2) {
+        if (accumulator != nullptr)
+            cast_transpose_impl<T, true, true>(x, M, K, vec_in, vec_row, vec_col, scale_p, row_out, col_out,
+                                               scale_inv, accumulator, tile);
+        else
+            cast_transpose_impl<T, true, false>(x, M, K, vec_in, vec_row, vec_col, scale_p, row_out, col_out,
+                                                scale_inv, accumulator, tile);
+    } else {
+        if (accumulator != nullptr)
+            cast_transpose_impl<T, false, true>(x, M, K, vec_in, vec_row, vec_col, scale_p, row_out, col_out,
+                                                scale_inv, accumulator, tile);
+        else
+            cast_transpose_impl<T, false, false>(x, M, K, vec_in, vec_row, vec_col, scale_p, row_out, col_out,
+                                                 scale_inv, accumulator, tile);
     }
 }
 
@@ -520,8 +624,8 @@ extern "C" __global__ void fp8_compute_scale(const float* amax, i64 n, double fm
         fp8_cast_transpose_##SUFFIX(const T* x, int M, int K, int vec_in, int vec_row, int vec_col,                \
                                     const float* scale, int e5m2, u8* row_out, u8* col_out, float* scale_inv,      \
                                     float* accumulator) {                                                          \
-        cast_transpose_impl<T>(x, M, K, vec_in, vec_row, vec_col, scale, e5m2, row_out, col_out, scale_inv,        \
-                               accumulator);                                                                       \
+        cast_transpose_dispatch<T>(x, M, K, vec_in, vec_row, vec_col, scale, e5m2, row_out, col_out, scale_inv,    \
+                                   accumulator);                                                                   \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(FLAT_THREADS, 8)                                                  \
         fp8_dequantize_##SUFFIX(const u8* q, i64 n, int vec_ok, const float* scale_inv, int e5m2, T* out) {        \

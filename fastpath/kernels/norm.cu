@@ -9,13 +9,18 @@
 // Layout: a row is shared by the blockDim.x threads (TPR, a power of two >= 32) of
 // one threadIdx.y; a block holds blockDim.y rows and walks row groups with a
 // grid-stride loop. Each thread keeps its part of the row in registers: up to VPT
-// V-element packs at columns (k * TPR + threadIdx.x) * V, k < VPT, so the row is
-// read from memory once (all of a row's loads are issued before their first use);
-// while it works on a row it asks L2 for its part of the block's next row
-// (prefetch.global.L2), so the next row's loads hit L2. Backward kernels keep x
-// and dy of the row the same way, accumulate the weight (and bias) gradients of
-// their rows in registers and write one partial row per row slot (blockIdx.x *
-// blockDim.y + threadIdx.y); wgrad_finalize sums the partial rows.
+// V-element packs at columns (k * TPR + threadIdx.x) * V, k < VPT (32-bit column
+// math, the same columns in every row), so the row is read from memory once: all of
+// a row's loads are issued, in a loop of their own, before the first use of any of
+// them (the weight and bias packs, L1 hits, are loaded where used); while it works
+// on a row it asks L2 for its part of the block's next row (prefetch.global.L2), so
+// the next row's loads hit L2. Backward kernels keep x and dy of the row the same
+// way, accumulate the weight gradient of their rows in registers, and write one
+// partial row per row slot (blockIdx.x * blockDim.y + threadIdx.y); wgrad_finalize
+// sums the partial rows. LayerNorm's bias gradient: layer_norm_bwd (blocks of at
+// most 256 threads) keeps it in shared memory, each thread only its own slots;
+// layer_norm_bwd_wide (512-thread blocks) keeps it in registers too and, lacking
+// registers for x and dy, prefetches them into L1 and reads them there in both passes.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -191,20 +196,38 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
                                              bool zero_centered) {
   typedef Io<Tr, V> io;
   typedef typename io::Raw Raw;
+  typedef typename Tr::raw R;
   const float inv_n = 1.0f / (float)n;
   const i64 row_step = (i64)gridDim.x * blockDim.y;
+  // This thread's columns, the same in every row (32-bit: n <= 512 * VPT * V).
+  int col[VPT];
+  bool has[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    col[k] = (k * (int)blockDim.x + (int)threadIdx.x) * V;
+    has[k] = col[k] < n;
+  }
   int parity = 0;
   for (i64 base = (i64)blockIdx.x * blockDim.y; base < rows; base += row_step) {
     const i64 r = base + threadIdx.y;
     const bool row_ok = r < rows;
+    const R* xr = x + r * n;
+    R* yr = y + r * n;
+    // Every load of the row is issued before the first use of any of them.
     Raw xv[VPT];
+#pragma unroll
+    for (int k = 0; k < VPT; ++k)
+      if (row_ok && has[k]) xv[k] = io::load(xr + col[k]);
+    if (r + row_step < rows) {
+      const R* xn = xr + row_step * n;
+#pragma unroll
+      for (int k = 0; k < VPT; ++k)
+        if (has[k]) prefetch_l2(xn + col[k]);
+    }
     float sum = 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (row_ok && c < n) {
-        xv[k] = io::load(x + r * n + c);
-        if (r + row_step < rows) prefetch_l2(x + (r + row_step) * n + c);
+      if (row_ok && has[k]) {
         float f[V];
         io::unpack(xv[k], f);
 #pragma unroll
@@ -220,8 +243,7 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
     float sq[1] = {0.0f};
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (row_ok && c < n) {
+      if (row_ok && has[k]) {
         float f[V];
         io::unpack(xv[k], f);
 #pragma unroll
@@ -235,12 +257,11 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
     const float rstd = rsqrtf((KIND == L2 ? sq[0] : sq[0] * inv_n) + eps);
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (row_ok && c < n) {
+      if (row_ok && has[k]) {
         float f[V], w[V], b[V], out[V];
         io::unpack(xv[k], f);
-        if (KIND != L2) io::unpack(io::load(weight + c), w);
-        if (KIND == LAYER) io::unpack(io::load(bias + c), b);
+        if (KIND != L2) io::unpack(io::load(weight + col[k]), w);
+        if (KIND == LAYER) io::unpack(io::load(bias + col[k]), b);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (KIND == LAYER) {
@@ -251,7 +272,7 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
             out[j] = f[j] * rstd;
           }
         }
-        io::store(y + r * n + c, io::pack(out));
+        io::store(yr + col[k], io::pack(out));
       }
     }
     if (row_ok && threadIdx.x == 0) {
@@ -266,23 +287,86 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
 //        dweight += dy * xhat, dbias += dy (per column, over the block's rows)
 // RMS:   dx = rstd * (g - xhat * mean(g * xhat)), xhat = x * rstd; dweight += dy * xhat
 // L2:    dx = r * (dy - x * q), q = sum(x * dy) / (sum(x^2) + eps) once per row, r the saved rsqrt norm
-template <int KIND, class Tr, int V, int VPT>
+// Bias-gradient accumulators in shared memory (LayerNorm backward, blocks of at most
+// DB_THREADS threads): thread t's value for pack k, element j lies at group
+// (k * V + j) / G, slot t, lane j % G of a [VPT * V / G][DB_THREADS][G] array (G = 4
+// for the vector forms: one 16-byte access per 4 values, consecutive threads at
+// consecutive 16 bytes). Only thread t ever touches its slots: no barrier needed.
+#define DB_THREADS 256
+template <int V>
+struct DbShared {
+  enum { G = V % 4 == 0 ? 4 : 1 };
+  static __device__ __forceinline__ void load(const float* base, int k, int t, float (&v)[V]) {
+    if (G == 4) {
+#pragma unroll
+      for (int q = 0; q < V / 4; ++q) {
+        const float4 w = *reinterpret_cast<const float4*>(base + ((k * (V / 4) + q) * DB_THREADS + t) * 4);
+        v[4 * q] = w.x;
+        v[4 * q + 1] = w.y;
+        v[4 * q + 2] = w.z;
+        v[4 * q + 3] = w.w;
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) v[j] = base[(k * V + j) * DB_THREADS + t];
+    }
+  }
+  static __device__ __forceinline__ void store(float* base, int k, int t, const float (&v)[V]) {
+    if (G == 4) {
+#pragma unroll
+      for (int q = 0; q < V / 4; ++q)
+        *reinterpret_cast<float4*>(base + ((k * (V / 4) + q) * DB_THREADS + t) * 4) =
+            make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < V; ++j) base[(k * V + j) * DB_THREADS + t] = v[j];
+    }
+  }
+};
+
+// DB_SHARED (LAYER only): the bias-gradient accumulators live in shared memory
+// (db_sh, VPT * V * DB_THREADS floats, 16-byte aligned) and x and dy of the row in
+// registers (blocks of at most DB_THREADS threads). Without it LAYER keeps both
+// accumulators in registers and re-reads x and dy from L1.
+template <int KIND, class Tr, int V, int VPT, bool DB_SHARED = false>
 __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict__ dy,
                                               const typename Tr::raw* __restrict__ x,
                                               const float* __restrict__ mean_in, const float* __restrict__ rstd_in,
                                               const typename Tr::raw* __restrict__ weight,
                                               typename Tr::raw* __restrict__ dx, float* __restrict__ partial_w,
                                               float* __restrict__ partial_b, i64 rows, i64 n, float eps,
-                                              bool zero_centered) {
+                                              bool zero_centered, float* db_sh = nullptr) {
   typedef Io<Tr, V> io;
   typedef typename io::Raw Raw;
+  typedef typename Tr::raw R;
+  // LAYER without DB_SHARED: x and dy are re-read (L1) instead of kept in registers.
+  constexpr bool reread = KIND == LAYER && !DB_SHARED;
+  constexpr bool db_regs = KIND == LAYER && !DB_SHARED;
+  const int tid = threadIdx.y * blockDim.x + threadIdx.x;
+  if (DB_SHARED && blockDim.x * blockDim.y > DB_THREADS) __trap();  // the launcher never does this
   const float inv_n = 1.0f / (float)n;
   const i64 row_step = (i64)gridDim.x * blockDim.y;
-  float acc_w[VPT][V], acc_b[VPT][V];
+  // This thread's columns, the same in every row (32-bit: n <= 512 * VPT * V).
+  int col[VPT];
+  bool has[VPT];
+#pragma unroll
+  for (int k = 0; k < VPT; ++k) {
+    col[k] = (k * (int)blockDim.x + (int)threadIdx.x) * V;
+    has[k] = col[k] < n;
+  }
+  float acc_w[VPT][V], acc_b[db_regs ? VPT : 1][V];
 #pragma unroll
   for (int k = 0; k < VPT; ++k)
 #pragma unroll
-    for (int j = 0; j < V; ++j) acc_w[k][j] = acc_b[k][j] = 0.0f;
+    for (int j = 0; j < V; ++j) {
+      acc_w[k][j] = 0.0f;
+      if (db_regs) acc_b[db_regs ? k : 0][j] = 0.0f;
+    }
+  if (DB_SHARED) {
+    const float zero[V] = {};
+#pragma unroll
+    for (int k = 0; k < VPT; ++k) DbShared<V>::store(db_sh, k, tid, zero);
+  }
 
   int parity = 0;
   for (i64 base = (i64)blockIdx.x * blockDim.y; base < rows; base += row_step) {
@@ -291,41 +375,43 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
     const bool next_ok = r + row_step < rows;
     const float mean = (KIND == LAYER && row_ok) ? mean_in[r] : 0.0f;
     const float rstd = row_ok ? rstd_in[r] : 0.0f;
-    // All of the row's x and dy is requested before its first use: RMS and L2 load
-    // it into registers, packed, and keep it there for the second pass; LAYER, whose
-    // bias-gradient accumulators take those registers, prefetches it into L1 and
-    // loads each pack where it is used, in both passes (L1 hits).
+    const R* xrow = x + r * n;
+    const R* dyrow = dy + r * n;
+    // All of the row's x and dy is requested before its first use: loaded into
+    // registers, packed, and kept there for the second pass; or (LAYER without
+    // DB_SHARED, whose bias-gradient accumulators take those registers) prefetched
+    // into L1 and loaded where used, in both passes (L1 hits).
     Raw xr[VPT], gr[VPT];
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (row_ok && c < n) {
-        if (KIND == LAYER) {
-          prefetch_l1(x + r * n + c);
-          prefetch_l1(dy + r * n + c);
+      if (row_ok && has[k]) {
+        if (reread) {
+          prefetch_l1(xrow + col[k]);
+          prefetch_l1(dyrow + col[k]);
         } else {
-          xr[k] = io::load(x + r * n + c);
-          gr[k] = io::load(dy + r * n + c);
+          xr[k] = io::load(xrow + col[k]);
+          gr[k] = io::load(dyrow + col[k]);
         }
       }
     }
+    if (next_ok) {
 #pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (next_ok && c < n) {
-        prefetch_l2(x + (r + row_step) * n + c);
-        prefetch_l2(dy + (r + row_step) * n + c);
+      for (int k = 0; k < VPT; ++k) {
+        if (has[k]) {
+          prefetch_l2(xrow + row_step * n + col[k]);
+          prefetch_l2(dyrow + row_step * n + col[k]);
+        }
       }
     }
     float s[2] = {0.0f, 0.0f};  // LAYER/RMS: sum(g), sum(g * xhat); L2: sum(x^2), sum(x * dy)
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (row_ok && c < n) {
-        float xf[V], gf[V], wf[V];
-        io::unpack(KIND == LAYER ? io::load(x + r * n + c) : xr[k], xf);
-        io::unpack(KIND == LAYER ? io::load(dy + r * n + c) : gr[k], gf);
-        if (KIND != L2) io::unpack(io::load(weight + c), wf);
+      if (row_ok && has[k]) {
+        float xf[V], gf[V], wf[V], ab[V];
+        io::unpack(reread ? io::load(xrow + col[k]) : xr[k], xf);
+        io::unpack(reread ? io::load(dyrow + col[k]) : gr[k], gf);
+        if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);
+        if (DB_SHARED) DbShared<V>::load(db_sh, k, tid, ab);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (KIND == L2) {
@@ -337,9 +423,11 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
             if (KIND == LAYER) s[0] += g;
             s[1] = __fmaf_rn(g, xhat, s[1]);
             acc_w[k][j] = __fmaf_rn(gf[j], xhat, acc_w[k][j]);
-            if (KIND == LAYER) acc_b[k][j] += gf[j];
+            if (db_regs) acc_b[db_regs ? k : 0][j] += gf[j];
+            if (DB_SHARED) ab[j] += gf[j];
           }
         }
+        if (DB_SHARED) DbShared<V>::store(db_sh, k, tid, ab);
       }
     }
     if (KIND == RMS) {
@@ -353,12 +441,11 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
     const float q = KIND == L2 ? s[1] / (s[0] + eps) : 0.0f;
 #pragma unroll
     for (int k = 0; k < VPT; ++k) {
-      const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-      if (row_ok && c < n) {
+      if (row_ok && has[k]) {
         float xf[V], gf[V], wf[V], out[V];
-        io::unpack(KIND == LAYER ? io::reload(x + r * n + c) : xr[k], xf);
-        io::unpack(KIND == LAYER ? io::reload(dy + r * n + c) : gr[k], gf);
-        if (KIND != L2) io::unpack(io::load(weight + c), wf);
+        io::unpack(reread ? io::reload(xrow + col[k]) : xr[k], xf);
+        io::unpack(reread ? io::reload(dyrow + col[k]) : gr[k], gf);
+        if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);
 #pragma unroll
         for (int j = 0; j < V; ++j) {
           if (KIND == L2) {
@@ -370,7 +457,7 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
             out[j] = rstd * (centered - xhat * mean_gx);
           }
         }
-        io::store(dx + r * n + c, io::pack(out));
+        io::store(dx + r * n + col[k], io::pack(out));
       }
     }
   }
@@ -378,12 +465,14 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
   const i64 slot = (i64)blockIdx.x * blockDim.y + threadIdx.y;
 #pragma unroll
   for (int k = 0; k < VPT; ++k) {
-    const i64 c = ((i64)k * blockDim.x + threadIdx.x) * V;
-    if (c < n) {
+    if (has[k]) {
+      float ab[V];
+      if (DB_SHARED) DbShared<V>::load(db_sh, k, tid, ab);
 #pragma unroll
       for (int j = 0; j < V; ++j) {
-        partial_w[slot * n + c + j] = acc_w[k][j];
-        if (KIND == LAYER) partial_b[slot * n + c + j] = acc_b[k][j];
+        partial_w[slot * n + col[k] + j] = acc_w[k][j];
+        if (db_regs) partial_b[slot * n + col[k] + j] = acc_b[db_regs ? k : 0][j];
+        if (DB_SHARED) partial_b[slot * n + col[k] + j] = ab[j];
       }
     }
   }
@@ -437,10 +526,14 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
 // thread, so that two such blocks, or four of 256 threads, fit on an SM. `vec`:
 // 16-byte packs (n % V == 0, 16-byte aligned pointers, n <= 512 * 4 * V); otherwise
 // single elements (n <= 512 * 8). Backward kernels keep their gradient accumulators
-// in registers and are bounded by 512 threads only.
+// in registers and are bounded by 512 threads only, except layer_norm_bwd: at most
+// DB_THREADS (256) threads, whose bias-gradient sums it keeps in shared memory;
+// the launcher sends 512-thread blocks to layer_norm_bwd_wide.
 
 #define VEC_PPT 4
 #define SCALAR_PPT 8
+// Bias-gradient floats a thread keeps in shared memory (layer_norm_bwd): the larger of the two forms.
+#define DB_FLOATS(V) ((VEC_PPT * (V)) > SCALAR_PPT ? (VEC_PPT * (V)) : SCALAR_PPT)
 
 #define DEFINE_NORMS(SUFFIX, TR, V)                                                                                 \
   extern "C" __global__ void __launch_bounds__(512, 2)                                                            \
@@ -466,10 +559,22 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
     else                                                                                                           \
       forward_body<L2, TR, 1, SCALAR_PPT>(x, nullptr, nullptr, y, nullptr, rnorm, rows, n, eps, false);            \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(512)                                                               \
+  extern "C" __global__ void __launch_bounds__(DB_THREADS, 2)                                                      \
       layer_norm_bwd_##SUFFIX(const TR::raw* dy, const TR::raw* x, const float* mean, const float* rstd,           \
                               const TR::raw* w, TR::raw* dx, float* partial_w, float* partial_b, i64 rows, i64 n,  \
                               int zero_centered, int vec) {                                                        \
+    __shared__ __align__(16) float db_sh[DB_FLOATS(V) * DB_THREADS];                                               \
+    if (vec)                                                                                                       \
+      backward_body<LAYER, TR, V, VEC_PPT, true>(dy, x, mean, rstd, w, dx, partial_w, partial_b, rows, n, 0.0f,    \
+                                                 zero_centered != 0, db_sh);                                       \
+    else                                                                                                           \
+      backward_body<LAYER, TR, 1, SCALAR_PPT, true>(dy, x, mean, rstd, w, dx, partial_w, partial_b, rows, n, 0.0f, \
+                                                    zero_centered != 0, db_sh);                                    \
+  }                                                                                                                \
+  extern "C" __global__ void __launch_bounds__(512)                                                                \
+      layer_norm_bwd_wide_##SUFFIX(const TR::raw* dy, const TR::raw* x, const float* mean, const float* rstd,      \
+                                   const TR::raw* w, TR::raw* dx, float* partial_w, float* partial_b, i64 rows,    \
+                                   i64 n, int zero_centered, int vec) {                                            \
     if (vec)                                                                                                       \
       backward_body<LAYER, TR, V, VEC_PPT>(dy, x, mean, rstd, w, dx, partial_w, partial_b, rows, n, 0.0f,          \
                                            zero_centered != 0);                                                    \

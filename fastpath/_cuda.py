@@ -43,33 +43,44 @@ def _kernel(filename: str, name: str, device_index: int) -> Any:
     return _module(filename, device_index).get_function(name)
 
 
+class _RawStream:
+    """What CuPy's ``Function.__call__`` reads of a stream: its handle, as ``ptr``."""
+
+    __slots__ = ("ptr",)
+
+    def __init__(self, handle: int) -> None:
+        self.ptr = handle
+
+
 @functools.lru_cache(maxsize=64)
-def _cupy_stream(handle: int, device: int) -> Any:
-    """A CuPy view of the CUDA stream ``handle`` (cached: wrapping costs more than a launch)."""
-    import cupy
-
-    if hasattr(cupy.cuda.Stream, "from_external"):  # CuPy >= 14 (the CUDA stream protocol)
-
-        class _Handle:
-            def __cuda_stream__(self) -> tuple[int, int]:
-                return (0, handle)
-
-        with cupy.cuda.Device(device):
-            return cupy.cuda.Stream.from_external(_Handle())
-    return cupy.cuda.ExternalStream(handle, device)
+def _stream(handle: int) -> _RawStream:
+    return _RawStream(handle)
 
 
-def _stream_for(device: torch.device) -> Any:
-    return _cupy_stream(torch.cuda.current_stream(device).cuda_stream, device.index)
+#: torch's C entry points for the current device and the current stream's raw handle: a kernel launch
+#: is a few microseconds, and the public torch.cuda.current_stream() alone costs more than that.
+_current_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
+    lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
 def launch(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *,
            device: torch.device, shared_mem: int = 0) -> None:
-    """Launch ``kernel`` on torch's current stream of ``device``."""
-    import cupy
+    """Launch ``kernel`` on torch's current stream of ``device``.
 
-    with cupy.cuda.Device(device.index), _stream_for(device):
-        kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem)
+    The kernel's module was loaded in ``device``'s primary context, so the launch needs that
+    device to be current: it usually is (torch's current device), else it is made current for
+    the launch.
+    """
+    index = device.index if device.index is not None else _current_device()
+    stream = _stream(_raw_stream(index))
+    if _current_device() == index:
+        kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=stream)
+    else:
+        import cupy
+
+        with cupy.cuda.Device(index):
+            kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=stream)
 
 
 def ptr(tensor: torch.Tensor | None) -> np.uint64:

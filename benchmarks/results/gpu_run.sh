@@ -1,7 +1,7 @@
 #!/bin/bash
 # One GPU verification run (device machine, from a copy of the working tree): the fast-path differential
 # suite, the reference suite on CUDA, memcheck + racecheck over every kernel, the full benchmark.
-# Usage: bash benchmarks/results/gpu_run.sh OUTDIR   (OUTDIR gets at most 8 files)
+# Usage: [SUITE_MEMCHECK_S=300] bash benchmarks/results/gpu_run.sh OUTDIR   (OUTDIR gets at most 8 files)
 set -o pipefail
 OUT=${1:?output directory}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache
@@ -16,6 +16,11 @@ step memcheck timeout 60 compute-sanitizer --tool memcheck --error-exitcode 9 py
     > $OUT/sanitizers.log 2>&1
 step racecheck timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 python3 tests/fastpath/sanitizer_smoke.py \
     >> $OUT/sanitizers.log 2>&1
+if [ -n "$SUITE_MEMCHECK_S" ]; then  # memcheck over the whole differential suite, as long as that many seconds allow
+    step memcheck-suite timeout "$SUITE_MEMCHECK_S" compute-sanitizer --tool memcheck --target-processes all \
+        --error-exitcode 9 python3 -m pytest tests/fastpath -q -n 16 -p no:cacheprovider --tb=short \
+        --ignore=tests/fastpath/test_compile.py > $OUT/memcheck_suite.log 2>&1
+fi
 step bench timeout 240 python3 benchmarks/bench_fastpath.py --out /tmp/bench > $OUT/bench.log 2>&1
 tar czf $OUT/bench.tgz -C /tmp/bench .
-tail -n 2 $OUT/fastpath_tests.log $OUT/refops_cuda_tests.log; grep -E "SUMMARY|checked" $OUT/sanitizers.log; cat $OUT/times.txt
+tail -n 2 $OUT/fastpath_tests.log $OUT/refops_cuda_tests.log; grep -E "SUMMARY|checked" $OUT/sanitizers.log; tail -n 3 $OUT/memcheck_suite.log 2>/dev/null; cat $OUT/times.txt

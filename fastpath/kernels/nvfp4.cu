@@ -20,7 +20,11 @@
 // Kernels (suffix = input or output element type):
 //   nvfp4_amax_*            pass 1: streaming NaN-skipping amax (4 x 16-byte loads per thread and step).
 //   nvfp4_rht_amax_bf16     pass 1 with the column-wise RHT: amax of x and of the bf16 RHT outputs
-//                           (a thread takes 4 columns x 16 rows, read as 8-byte loads).
+//                           (a thread takes 4 columns x 16 rows, read as 8-byte loads). The amax of x is
+//                           the integer maximum of the |x| bits already taken for rht_exact (the NaN-skipping
+//                           packed maximum only for a chunk holding a NaN); an exact chunk's RHT amax is
+//                           bf16(fma(max |z|, 0.25, +0)) over the butterfly outputs z, its last stage
+//                           folded as |lo| + |hi| (rht16_fwht_absmax: no per-output rounding).
 //   nvfp4_quantize_<v>_*    pass 2, one kernel per option set <v> (std, 2d, sr, 2d_sr, rht, sr_rht, 4o6,
 //                           4o6_2d): persistent blocks walk 64-row x 256-byte tiles (last tile first, so
 //                           pass 1's most recent lines are still in L2; tile coordinates advanced by a
@@ -29,8 +33,12 @@
 //                           16-byte chunks: conflict-free for both passes); row-wise 16-blocks and column-wise
 //                           (2 columns x 16 rows) blocks are read from the stage; every thread writes
 //                           8-byte code groups that its neighbours complete to whole 32-byte sectors.
-//   nvfp4_dequantize_*      row-wise: a thread per 16-block, decoded through byte-permute tables; the
-//                           column-wise copy through 64 x 128 shared-memory tiles of bf16/fp16 pairs.
+//   nvfp4_dequantize_*      row-wise, 16-bit outputs: a warp per 32 consecutive 16-blocks, a lane per
+//                           block decoded through byte-permute tables, halves swapped between lane pairs by
+//                           shuffles so that both 16-byte stores of the warp are 512 contiguous bytes (fp32:
+//                           a thread per 16-block); column-wise: 64 x 128 shared-memory tiles of bf16/fp16
+//                           pairs (64 x 64 fp32), the 16-blocks of a column across the lanes (coalesced data
+//                           and scale loads), 16-byte chunks XOR-swizzled (no bank conflicts).
 //
 // Fast paths (bit-identical by construction, see each helper): block amaxes as packed 16-bit integer
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
@@ -293,6 +301,33 @@ __device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
     }
 #pragma unroll
     for (int j = 0; j < 16; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(f32_fma(z[j], 0.25f, 0.0f)));
+}
+
+// max_j |bf16(RHT(v))_j| for a chunk that rht16_fwht may take (rht_exact), without forming the outputs: the
+// outputs there are bf16(RN(z_j * 0.25)) with z_j exact and the scaling exact, bf16 rounding (RNE) is odd and
+// non-decreasing, so their largest magnitude is bf16(fma(max_j |z_j|, 0.25, +0)); and for the last butterfly
+// pair (lo + hi, lo - hi), both exact, the larger magnitude is |lo| + |hi|, which is one of them up to sign
+// and so exact as well.
+template <bool SIGNS>
+__device__ __forceinline__ float rht16_fwht_absmax(const float (&v)[16]) {
+    float z[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i)
+        z[i] = (SIGNS && ((RHT_NEGATIVE_SIGNS >> i) & 1u)) ? __uint_as_float(__float_as_uint(v[i]) ^ 0x80000000u) : v[i];
+#pragma unroll
+    for (int b = 1; b < 8; b <<= 1) {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            if (i & b) continue;
+            const float lo = z[i], hi = z[i | b];
+            z[i] = f32_add(lo, hi);
+            z[i | b] = f32_sub(lo, hi);
+        }
+    }
+    float m = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) m = f32_max(m, f32_add(f32_abs(z[i]), f32_abs(z[i + 8])));
+    return __bfloat162float(__float2bfloat16_rn(f32_fma(m, 0.25f, 0.0f)));
 }
 
 // Whether every signed partial sum of a chunk of 16 bf16 values is exact in fp32, from the chunk's largest
@@ -964,8 +999,6 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         uint2 w[16];
 #pragma unroll
         for (int i = 0; i < 16; ++i) w[i] = p[(i64)i * groups];
-#pragma unroll
-        for (int i = 0; i < 16; ++i) ax16 = max_bf16x2(max_bf16x2(ax16, w[i].x & 0x7FFF7FFFu), w[i].y & 0x7FFF7FFFu);
         u32 wx[16], wy[16], kx_max, kx_min, ky_max, ky_min;
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
@@ -974,6 +1007,15 @@ extern "C" __global__ void __launch_bounds__(THREADS)
         }
         rht_exact_keys(wx, &kx_max, &kx_min);
         rht_exact_keys(wy, &ky_max, &ky_min);
+        // amax of x: the integer maximum of the |x| bits (ax16 is never NaN) unless a value is NaN (bits above
+        // infinity), then the NaN-skipping maximum
+        const u32 kmax = max_u16x2(kx_max, ky_max);
+        if ((kmax & 0xFFFFu) > 0x7F80u || (kmax >> 16) > 0x7F80u) {
+#pragma unroll
+            for (int i = 0; i < 16; ++i) ax16 = max_bf16x2(max_bf16x2(ax16, wx[i] & 0x7FFF7FFFu), wy[i] & 0x7FFF7FFFu);
+        } else {
+            ax16 = max_u16x2(ax16, kmax);
+        }
 #pragma unroll
         for (int col = 0; col < 4; ++col) {
             float v[16];
@@ -982,9 +1024,14 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 v[i] = (col & 1) ? hi16_to_f32<__nv_bfloat16>(col < 2 ? wx[i] : wy[i])
                                  : lo16_to_f32<__nv_bfloat16>(col < 2 ? wx[i] : wy[i]);
             const int sh = 16 * (col & 1);
-            rht16(v, sign_mask, col < 2 ? rht_exact((kx_max >> sh) & 0xFFFFu, (kx_min >> sh) & 0xFFFFu)
-                                        : rht_exact((ky_max >> sh) & 0xFFFFu, (ky_min >> sh) & 0xFFFFu));
-            ay = f32_max(ay, amax16(v));
+            const bool exact = col < 2 ? rht_exact((kx_max >> sh) & 0xFFFFu, (kx_min >> sh) & 0xFFFFu)
+                                       : rht_exact((ky_max >> sh) & 0xFFFFu, (ky_min >> sh) & 0xFFFFu);
+            if (!exact) {
+                rht16_sequential(v, sign_mask);
+                ay = f32_max(ay, amax16(v));
+            } else {
+                ay = f32_max(ay, sign_mask ? rht16_fwht_absmax<true>(v) : rht16_fwht_absmax<false>(v));
+            }
         }
         group += stride_groups;
         chunk += stride_chunks;
@@ -1046,48 +1093,105 @@ __device__ __forceinline__ void decode_block16(uint2 packed, float fs, u32 (&out
     }
 }
 
-// Row-wise data (R, C/2) -> out (R, C): a thread per 16-block, grid-stride (row, block) advanced without
-// divisions.
+// Row-wise data (R, C/2) -> out (R, C). Blocks are numbered g = r * (C/16) + b; data and outputs are
+// contiguous in g (data row stride C/2 = 8 * C/16). fp32 outputs: a thread per 16-block, grid-stride (row,
+// block) advanced without divisions. 16-bit outputs: a warp per chunk of 32 consecutive blocks (1 KiB of
+// bf16/fp16), grid-stride over whole chunks: lane L decodes block 16 * (L & 1) + (L >> 1) of the chunk, the
+// lane pair (2j, 2j+1) then swaps one 16-byte half (four shuffles) so that each of the warp's two 16-byte
+// stores writes 512 contiguous bytes (lane L: half L & 1 of block 16 s + (L >> 1)). An incomplete last chunk
+// is decoded a block per lane with direct stores. The decoded words are those of decode_block16 in any case.
 template <typename O>
 __device__ __forceinline__ void nvfp4_dequantize_rows_impl(const u8* __restrict__ data, i64 R, i64 C,
                                                            const u8* __restrict__ scale, int ld,
                                                            const float* __restrict__ amax, int amax_per_row,
                                                            float inv_six_e, O* __restrict__ out) {
     const i64 nb = C / 16, n = R * nb;
-    const i64 stride = (i64)gridDim.x * blockDim.x;
-    i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
-    if (g >= n) return;
-    i64 r = g / nb, b = g - r * nb;
-    const i64 stride_r = stride / nb, stride_b = stride - stride_r * nb;
+    if constexpr (sizeof(O) == 4) {
+        const i64 stride = (i64)gridDim.x * blockDim.x;
+        i64 g = (i64)blockIdx.x * blockDim.x + threadIdx.x;
+        if (g >= n) return;
+        i64 r = g / nb, b = g - r * nb;
+        const i64 stride_r = stride / nb, stride_b = stride - stride_r * nb;
 #pragma unroll 1
-    for (; g < n; g += stride) {
-        const float a = amax[amax_per_row ? r : 0];
-        const uint2 packed = *reinterpret_cast<const uint2*>(data + r * (C / 2) + 8 * b);
-        const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
-        O* dst = out + r * C + 16 * b;
-        if constexpr (sizeof(O) == 4) {
+        for (; g < n; g += stride) {
+            const float a = amax[amax_per_row ? r : 0];
+            const uint2 packed = *reinterpret_cast<const uint2*>(data + r * (C / 2) + 8 * b);
+            const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
             float vals[16];
             decode_block(packed, fs, vals);
-            store16(dst, vals);
-        } else {
-            u32 w[8];
-            decode_block16<O>(packed, fs, w);
-            uint4* d = reinterpret_cast<uint4*>(dst);
-            d[0] = make_uint4(w[0], w[1], w[2], w[3]);
-            d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+            store16(out + r * C + 16 * b, vals);
+            b += stride_b;
+            r += stride_r;
+            if (b >= nb) {
+                b -= nb;
+                ++r;
+            }
         }
-        b += stride_b;
-        r += stride_r;
-        if (b >= nb) {
-            b -= nb;
-            ++r;
+    } else {
+        const int lane = threadIdx.x & 31;
+        const i64 warps = (i64)gridDim.x * (blockDim.x >> 5);
+        const i64 n_full = n >> 5;  // whole chunks
+        i64 c = ((i64)blockIdx.x * blockDim.x + threadIdx.x) >> 5;  // warp-uniform
+        if (c < n_full) {
+            const u32 odd = (u32)lane & 1u;
+            i64 g = 32 * c + 16 * odd + (lane >> 1);
+            i64 r = g / nb, b = g - r * nb;
+            const i64 step = 32 * warps, step_r = step / nb, step_b = step - step_r * nb;
+            const uint2* src = reinterpret_cast<const uint2*>(data) + g;  // block g's 8 bytes
+            uint4* dst = reinterpret_cast<uint4*>(out) + 64 * c + lane;    // 16-byte slot of store 0
+#pragma unroll 1
+            for (; c < n_full; c += warps) {
+                const float a = amax[amax_per_row ? r : 0];
+                const uint2 packed = *src;
+                const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
+                u32 w[8];
+                decode_block16<O>(packed, fs, w);
+                // even lanes keep half 0 (store 0) and send half 1; odd lanes keep half 1 (store 1), send half 0
+                u32 keep[4], recv[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    keep[i] = odd ? w[4 + i] : w[i];
+                    recv[i] = __shfl_xor_sync(0xFFFFFFFFu, odd ? w[i] : w[4 + i], 1);
+                }
+                const uint4 s0 = odd ? make_uint4(recv[0], recv[1], recv[2], recv[3])
+                                     : make_uint4(keep[0], keep[1], keep[2], keep[3]);
+                const uint4 s1 = odd ? make_uint4(keep[0], keep[1], keep[2], keep[3])
+                                     : make_uint4(recv[0], recv[1], recv[2], recv[3]);
+                dst[0] = s0;
+                dst[32] = s1;
+                src += step;
+                dst += 2 * step;
+                b += step_b;
+                r += step_r;
+                if (b >= nb) {
+                    b -= nb;
+                    ++r;
+                }
+            }
+        }
+        if (c == n_full) {  // the incomplete last chunk (n % 32 blocks), if any
+            const i64 g = 32 * c + lane;
+            if (g < n) {
+                const i64 r = g / nb, b = g - r * nb;
+                const float a = amax[amax_per_row ? r : 0];
+                const uint2 packed = reinterpret_cast<const uint2*>(data)[g];
+                const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[r * ld + b]), a), inv_six_e);
+                u32 w[8];
+                decode_block16<O>(packed, fs, w);
+                uint4* d = reinterpret_cast<uint4*>(out) + 2 * g;
+                d[0] = make_uint4(w[0], w[1], w[2], w[3]);
+                d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+            }
         }
     }
 }
 
 // Column-wise data (K, M/2) -> out (M, K), through a shared tile of 64 k x DM m. 16-bit outputs: a thread
 // decodes columns k, k+1 of one 16-row block into 16 words (k, k+1) of the tile [m][k/2] (DM = 128); fp32: one
-// column into the float tile [m][k] (DM = 64). Rows of the tile then leave as 16-byte stores.
+// column into the float tile [m][k] (DM = 64). Rows of the tile then leave as 16-byte stores. The 16-blocks
+// of a column run fastest across the lanes (a warp reads 4 or 8 data rows of 64 or 32 contiguous bytes and
+// their contiguous scale bytes); the tile's 16-byte chunks are XOR-swizzled by the row's 16-block (chunk
+// ch of row m lies at ch ^ SWZ(m)), so both the word writes and the chunk reads are free of bank conflicts.
 template <typename O>
 __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict__ data, int K, int M,
                                                            const u8* __restrict__ scale, int ld,
@@ -1095,17 +1199,15 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
                                                            float inv_six_e, O* __restrict__ out) {
     constexpr int DM = sizeof(O) == 2 ? 128 : 64;  // tile rows (m)
     constexpr int WPR = 64 * (int)sizeof(O) / 4;   // 32-bit words per tile row: 32 or 64
+    constexpr int MBS = DM / 16;                   // 16-blocks per tile column: 8 or 4
     __shared__ __align__(16) u32 tile[DM * WPR];  // 16 KiB
+    // swizzle of row ml's chunks: 16-bit: its block (0..7) over the 8 chunks; fp32: 2 x its block (0..3)
+    auto swz = [](int ml) { return sizeof(O) == 2 ? (ml >> 4) : ((ml >> 4) << 1); };
     const int n_tm = (M + DM - 1) / DM;
     const int k0 = (blockIdx.x / n_tm) * 64, m0 = (blockIdx.x % n_tm) * DM;
     const int t = threadIdx.x;
-    auto decode = [&](int k, int m, float (&vals)[16]) {
-        const float a = amax[amax_per_row ? k : 0];
-        const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[(i64)k * ld + m / 16]), a), inv_six_e);
-        decode_block(*reinterpret_cast<const uint2*>(data + (i64)k * (M / 2) + m / 2), fs, vals);
-    };
     if constexpr (sizeof(O) == 2) {
-        const int kp = t & 31, mb = t >> 5;  // columns 2kp, 2kp+1 of the tile, rows 16mb..16mb+15
+        const int mb = t & (MBS - 1), kp = t / MBS;  // rows 16mb..16mb+15 of the tile, columns 2kp, 2kp+1
         const int k = k0 + 2 * kp, m = m0 + 16 * mb;
         if (k < K && m < M) {  // K % 16 == 0: k + 1 < K too
             u32 wa[8], wb[8];
@@ -1117,20 +1219,24 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
                 if (h == 0) decode_block16<O>(packed, fs, wa);
                 else decode_block16<O>(packed, fs, wb);
             }
+            const int col = (((kp >> 2) ^ mb) << 2) | (kp & 3);  // swz(16mb + i) == mb
 #pragma unroll
             for (int j = 0; j < 8; ++j) {
-                tile[(16 * mb + 2 * j) * WPR + kp] = __byte_perm(wa[j], wb[j], 0x5410);
-                tile[(16 * mb + 2 * j + 1) * WPR + kp] = __byte_perm(wa[j], wb[j], 0x7632);
+                tile[(16 * mb + 2 * j) * WPR + col] = __byte_perm(wa[j], wb[j], 0x5410);
+                tile[(16 * mb + 2 * j + 1) * WPR + col] = __byte_perm(wa[j], wb[j], 0x7632);
             }
         }
     } else {
-        const int kl = t & 63, mb = t >> 6;  // column kl of the tile, rows 16mb..16mb+15
+        const int mb = t & (MBS - 1), kl = t / MBS;  // column kl of the tile, rows 16mb..16mb+15
         const int k = k0 + kl, m = m0 + 16 * mb;
         if (k < K && m < M) {
+            const float a = amax[amax_per_row ? k : 0];
+            const float fs = f32_mul(f32_mul(e4m3_to_f32(scale[(i64)k * ld + m / 16]), a), inv_six_e);
             float vals[16];
-            decode(k, m, vals);
+            decode_block(*reinterpret_cast<const uint2*>(data + (i64)k * (M / 2) + m / 2), fs, vals);
+            const int col = (((kl >> 2) ^ (mb << 1)) << 2) | (kl & 3);  // swz(16mb + i) == 2mb
 #pragma unroll
-            for (int i = 0; i < 16; ++i) tile[(16 * mb + i) * WPR + kl] = __float_as_uint(vals[i]);
+            for (int i = 0; i < 16; ++i) tile[(16 * mb + i) * WPR + col] = __float_as_uint(vals[i]);
         }
     }
     __syncthreads();
@@ -1140,7 +1246,8 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
         const int id = t + THREADS * q, ml = id / CPR, ch = id % CPR;
         const int m = m0 + ml, k = k0 + ch * (16 / (int)sizeof(O));
         if (m < M && k < K)  // K % 16 == 0: chunks are whole
-            *reinterpret_cast<uint4*>(out + (i64)m * K + k) = *reinterpret_cast<const uint4*>(&tile[ml * WPR + 4 * ch]);
+            *reinterpret_cast<uint4*>(out + (i64)m * K + k) =
+                *reinterpret_cast<const uint4*>(&tile[ml * WPR + 4 * (ch ^ swz(ml))]);
     }
 }
 
@@ -1156,6 +1263,9 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
         quantize_tiles<T, TWO_D, SR, RHT, FOUR6>(a);                                                           \
     }
 
+// Row-wise dequantize: 6 resident blocks (<= 40 registers) for 16-bit outputs, 8 (<= 32) for fp32.
+#define DEQ_ROWS_MINB(T) (sizeof(T) == 2 ? 6 : 8)
+
 #define NVFP4_INSTANTIATE(T, SUFFIX)                                                                            \
     NVFP4_QUANTIZE_ENTRY(T, SUFFIX, std, false, false, false, false, 3)                                           \
     NVFP4_QUANTIZE_ENTRY(T, SUFFIX, 2d, true, false, false, false, 3)                                             \
@@ -1167,7 +1277,7 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
                                                                               float* out1, float* out2) {      \
         amax_impl<T>(x, n16, out1, out2);                                                                      \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) nvfp4_dequantize_rows_##SUFFIX(                      \
+    extern "C" __global__ void __launch_bounds__(THREADS, DEQ_ROWS_MINB(T)) nvfp4_dequantize_rows_##SUFFIX(                      \
         const u8* data, i64 R, i64 C, const u8* scale, int ld, const float* amax, int amax_per_row,             \
         float inv_six_e, T* out) {                                                                              \
         nvfp4_dequantize_rows_impl<T>(data, R, C, scale, ld, amax, amax_per_row, inv_six_e, out);               \

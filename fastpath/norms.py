@@ -9,7 +9,8 @@ Launch shape: ``TPR`` threads share a row (a power of two from 32 to 512: one
 warp per row for narrow rows, up to a 512-thread block for wide ones) and keep
 it in registers, 4 packs of 16 bytes per thread (or 8 single elements when the
 width or the pointers do not allow 16-byte vectors); ``256 // TPR`` rows per
-block; one wave of blocks (as many as the GPU holds at once) walks the rows with
+block; one wave of blocks (as many as the GPU holds at once; L2 normalization's
+backward at most 512 threads per SM, like the other backward kernels) walks the rows with
 a grid-stride loop, each thread prefetching its part of the block's next row into
 L2. Backward kernels accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
@@ -41,6 +42,10 @@ _FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in norm.cu
 #: layer_norm_bwd keeps its bias-gradient sums in shared memory sized for blocks of at most this
 #: many threads (DB_THREADS in norm.cu); wider blocks run layer_norm_bwd_wide.
 _DB_THREADS = 256
+#: l2_norm_bwd's resident threads per SM at most (its 64 registers would fit 1024): the other backward
+#: kernels' occupancy (two 256-thread blocks), so that an SM keeps two rows of x and dy, not four, in
+#: flight and prefetched into L2 (at 4 x 256 threads it ran at 78% of a copy, RMSNorm's backward at 88%).
+_BWD_THREADS_PER_SM = 512
 #: Blocks per SM assumed when CuPy cannot answer the occupancy query (2 x 512 threads always fit).
 _FALLBACK_BLOCKS_PER_SM = 2
 
@@ -142,6 +147,9 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
     wide = kind == "layer_norm" and tpr * rpb > _DB_THREADS
     name = f"{kind}_bwd_wide_{suffix}" if wide else f"{kind}_bwd_{suffix}"
     blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb))
+    if kind == "l2_norm":  # at most _BWD_THREADS_PER_SM resident threads per SM, as the other backward kernels
+        per_sm = max(1, _BWD_THREADS_PER_SM // (tpr * rpb))
+        blocks = min(blocks, per_sm * _sm_count(x.device))
     parts = blocks * rpb
     partial_w = torch.empty((parts, n), dtype=torch.float32, device=x.device) if weight is not None else None
     partial_b = torch.empty((parts, n), dtype=torch.float32, device=x.device) if kind == "layer_norm" else None

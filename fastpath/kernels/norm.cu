@@ -21,6 +21,11 @@
 // most 256 threads) keeps it in shared memory, each thread only its own slots;
 // layer_norm_bwd_wide (512-thread blocks) keeps it in registers too and, lacking
 // registers for x and dy, prefetches them into L1 and reads them there in both passes.
+// A backward row whose packs are all in range in every thread (rows of TPR * VPT * V
+// elements: power-of-two widths from 1024 fp16/bf16 or 512 fp32 elements) runs each
+// pass without a branch per pack (NORM_BWD_RUN; zero-centered gamma a compile-time
+// choice there too), so the compiler issues the weight loads of all packs at once and
+// interleaves the packs' arithmetic; other rows run the general per-pack code.
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -287,6 +292,65 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
 //        dweight += dy * xhat, dbias += dy (per column, over the block's rows)
 // RMS:   dx = rstd * (g - xhat * mean(g * xhat)), xhat = x * rstd; dweight += dy * xhat
 // L2:    dx = r * (dy - x * q), q = sum(x * dy) / (sum(x^2) + eps) once per row, r the saved rsqrt norm
+// The backward's two passes over a row's packs (in backward_body's scope): PASS1 adds the
+// row's sums to s and the gradient accumulators, PASS2 writes dx. FULL (a constant): every
+// pack in range, no branch per pack, so the compiler issues the weight loads of all packs
+// at once and interleaves their arithmetic; ZC: zero-centered gamma, a constant where
+// known. NORM_BWD_RUN picks the form. (Macros: NVRTC takes no generic lambdas.)
+#define NORM_BWD_PASS1(FULL, ZC)                                              \
+  _Pragma("unroll") for (int k = 0; k < VPT; ++k) {                           \
+    if ((FULL) || (row_ok && has[k])) {                                       \
+      float xf[V], gf[V], wf[V], ab[V];                                       \
+      io::unpack(reread ? io::load(xrow + col[k]) : xr[k], xf);               \
+      io::unpack(reread ? io::load(dyrow + col[k]) : gr[k], gf);              \
+      if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);              \
+      if (DB_SHARED) DbShared<V>::load(db_sh, k, tid, ab);                    \
+      _Pragma("unroll") for (int j = 0; j < V; ++j) {                         \
+        if (KIND == L2) {                                                     \
+          s[0] = __fmaf_rn(xf[j], xf[j], s[0]);                               \
+          s[1] = __fmaf_rn(xf[j], gf[j], s[1]);                               \
+        } else {                                                              \
+          const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd; \
+          const float g = gf[j] * gamma_of(wf[j], (ZC));                      \
+          if (KIND == LAYER) s[0] += g;                                       \
+          s[1] = __fmaf_rn(g, xhat, s[1]);                                    \
+          acc_w[k][j] = __fmaf_rn(gf[j], xhat, acc_w[k][j]);                  \
+          if (db_regs) acc_b[db_regs ? k : 0][j] += gf[j];                    \
+          if (DB_SHARED) ab[j] += gf[j];                                      \
+        }                                                                     \
+      }                                                                       \
+      if (DB_SHARED) DbShared<V>::store(db_sh, k, tid, ab);                   \
+    }                                                                         \
+  }
+#define NORM_BWD_PASS2(FULL, ZC)                                              \
+  _Pragma("unroll") for (int k = 0; k < VPT; ++k) {                           \
+    if ((FULL) || (row_ok && has[k])) {                                       \
+      float xf[V], gf[V], wf[V], out[V];                                      \
+      io::unpack(reread ? io::reload(xrow + col[k]) : xr[k], xf);             \
+      io::unpack(reread ? io::reload(dyrow + col[k]) : gr[k], gf);            \
+      if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);              \
+      _Pragma("unroll") for (int j = 0; j < V; ++j) {                         \
+        if (KIND == L2) {                                                     \
+          out[j] = rstd * (gf[j] - xf[j] * q);                                \
+        } else {                                                              \
+          const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd; \
+          const float g = gf[j] * gamma_of(wf[j], (ZC));                      \
+          const float centered = KIND == LAYER ? g - mean_g : g;              \
+          out[j] = rstd * (centered - xhat * mean_gx);                        \
+        }                                                                     \
+      }                                                                       \
+      io::store(dx + r * n + col[k], io::pack(out));                          \
+    }                                                                         \
+  }
+#define NORM_BWD_RUN(PASS)                  \
+  if (!full) {                              \
+    PASS(false, zero_centered)              \
+  } else if (KIND == L2 || !zero_centered) { \
+    PASS(true, false)                       \
+  } else {                                  \
+    PASS(true, true)                        \
+  }
+
 // Bias-gradient accumulators in shared memory (LayerNorm backward, blocks of at most
 // DB_THREADS threads): thread t's value for pack k, element j lies at group
 // (k * V + j) / G, slot t, lane j % G of a [VPT * V / G][DB_THREADS][G] array (G = 4
@@ -403,33 +467,13 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
         }
       }
     }
+    // Every pack of the row in range for every thread of the row (the last thread's last
+    // pack is): the packs' code without branches (NORM_BWD_RUN). Uniform per warp (a warp
+    // is one row), so no warp runs both forms. Not for `reread` (layer_norm_bwd_wide),
+    // which has no registers to spare for it.
+    const bool full = !reread && row_ok && (VPT * (int)blockDim.x - 1) * V < n;
     float s[2] = {0.0f, 0.0f};  // LAYER/RMS: sum(g), sum(g * xhat); L2: sum(x^2), sum(x * dy)
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (row_ok && has[k]) {
-        float xf[V], gf[V], wf[V], ab[V];
-        io::unpack(reread ? io::load(xrow + col[k]) : xr[k], xf);
-        io::unpack(reread ? io::load(dyrow + col[k]) : gr[k], gf);
-        if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);
-        if (DB_SHARED) DbShared<V>::load(db_sh, k, tid, ab);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if (KIND == L2) {
-            s[0] = __fmaf_rn(xf[j], xf[j], s[0]);
-            s[1] = __fmaf_rn(xf[j], gf[j], s[1]);
-          } else {
-            const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd;
-            const float g = gf[j] * gamma_of(wf[j], zero_centered);
-            if (KIND == LAYER) s[0] += g;
-            s[1] = __fmaf_rn(g, xhat, s[1]);
-            acc_w[k][j] = __fmaf_rn(gf[j], xhat, acc_w[k][j]);
-            if (db_regs) acc_b[db_regs ? k : 0][j] += gf[j];
-            if (DB_SHARED) ab[j] += gf[j];
-          }
-        }
-        if (DB_SHARED) DbShared<V>::store(db_sh, k, tid, ab);
-      }
-    }
+    NORM_BWD_RUN(NORM_BWD_PASS1)
     if (KIND == RMS) {
       float s1[1] = {s[1]};
       row_sums<1>(s1, parity);
@@ -439,27 +483,7 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
     }
     const float mean_g = s[0] * inv_n, mean_gx = s[1] * inv_n;
     const float q = KIND == L2 ? s[1] / (s[0] + eps) : 0.0f;
-#pragma unroll
-    for (int k = 0; k < VPT; ++k) {
-      if (row_ok && has[k]) {
-        float xf[V], gf[V], wf[V], out[V];
-        io::unpack(reread ? io::reload(xrow + col[k]) : xr[k], xf);
-        io::unpack(reread ? io::reload(dyrow + col[k]) : gr[k], gf);
-        if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);
-#pragma unroll
-        for (int j = 0; j < V; ++j) {
-          if (KIND == L2) {
-            out[j] = rstd * (gf[j] - xf[j] * q);
-          } else {
-            const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd;
-            const float g = gf[j] * gamma_of(wf[j], zero_centered);
-            const float centered = KIND == LAYER ? g - mean_g : g;
-            out[j] = rstd * (centered - xhat * mean_gx);
-          }
-        }
-        io::store(dx + r * n + col[k], io::pack(out));
-      }
-    }
+    NORM_BWD_RUN(NORM_BWD_PASS2)
   }
   if (KIND == L2) return;
   const i64 slot = (i64)blockIdx.x * blockDim.y + threadIdx.y;

@@ -24,8 +24,7 @@
 //                         cast and stored, so a whole tile of loads is always in flight; four values per
 //                         pair of cvt.rn.satfinite.*x2.f32 (the same per-value conversion as Q_F), the
 //                         column words by byte permutes; one code path per format and per with/without
-//                         accumulator (the block amax is only computed for the accumulator; 16-bit
-//                         inputs: packed max/min.{bf16,f16}x2 of the raw words, no unpacking)
+//                         accumulator (the block amax is only computed for the accumulator)
 //   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
 //   fp8_compute_scale     compute_scale_from_amax on an fp32 amax tensor (one thread per element)
 
@@ -313,12 +312,8 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
 // rows are padded to 33 words and the word index is XOR-swizzled so both the writes and the 16-byte
 // read-out are free of bank conflicts. Two tile buffers alternate, so one barrier per tile suffices.
 // A thread's 4x8 bytes are cast as row words (cast_fp8x4) and turned into its 8 column words by a 4x4 byte
-// transpose per half (__byte_perm); full tiles load and store without bounds checks (one address per
-// thread, then a row stride); the tile coordinates move on incrementally (no division per tile). The
-// loop body is instantiated twice with two register sets that alternate as "current" and "next" tile
-// (no register copies; the shared buffer index is then a constant). The accumulator variant's amax of
-// 16-bit inputs is kept as packed maxima and minima of the raw words (max/min.{bf16,f16}x2, which ptxas
-// fuses three operands at a time): exact, NaN lanes skipped, turned into fp32 once per block.
+// transpose per half (__byte_perm); full tiles store the row words without bounds checks; the tile
+// coordinates move on incrementally (no division per tile).
 #define TILE 128
 #define TILE_THREADS 512
 
@@ -330,19 +325,6 @@ __device__ __forceinline__ void load_tile(const T* __restrict__ x, int M, int K,
     constexpr int W = 2 * sizeof(T);
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const int k = k0 + 8 * cg;
-    if (vec_ok && m0 + TILE <= M && k0 + TILE <= K) {  // a full tile: one address, then a row stride
-        const u8* p = reinterpret_cast<const u8*>(x + ((i64)(m0 + 4 * rg) * K + k));
-        const i64 stride = (i64)K * sizeof(T);
-#pragma unroll
-        for (int i = 0; i < 4; ++i, p += stride) {
-#pragma unroll
-            for (int h = 0; h < W / 4; ++h) {
-                const uint4 a = reinterpret_cast<const uint4*>(p)[h];
-                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
-            }
-        }
-        return;
-    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int m = m0 + 4 * rg + i;
@@ -388,16 +370,11 @@ __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __re
         const int c = idx >> 3, seg = idx & 7;
         const int k = k0 + c;
         if (k >= K) continue;
-        // Words swizzle(c, 4 * seg + q), q = 0..3: with x = (c >> 3) << 1 (even), (4 * seg + q) ^ x is
-        // g + (q ^ (x & 2)) for the group g = (4 * seg) ^ (x & ~3): two pairs of adjacent words.
-        const int x = (c >> 3) << 1, g = (4 * seg) ^ (x & ~3);
-        const u32* lo = &tile[c][g + (x & 2)];
-        const u32* hi = &tile[c][g + ((x & 2) ^ 2)];
         uint4 w;
-        w.x = lo[0];
-        w.y = lo[1];
-        w.z = hi[0];
-        w.w = hi[1];
+        w.x = tile[c][swizzle(c, 4 * seg + 0)];
+        w.y = tile[c][swizzle(c, 4 * seg + 1)];
+        w.z = tile[c][swizzle(c, 4 * seg + 2)];
+        w.w = tile[c][swizzle(c, 4 * seg + 3)];
         const int m = m0 + 16 * seg;
         u8* dst = out + (i64)k * M + m;
         if (vec_ok && m + 16 <= M) {
@@ -453,48 +430,6 @@ __device__ __forceinline__ void unpack_row8(const __half*, const u32 (&w)[4], fl
     }
 }
 
-// Packed maxima and minima of two 16-bit floats per word (max.{bf16,f16}x2 / min.*x2, no .ftz: subnormals
-// compare as themselves; a NaN lane yields the other operand's lane, like fmaxf/fminf). Two of them in a
-// row fuse into one three-operand VHMNMX. Maxima and minima are exact (one of the operands), so
-// max(max_x, -min_x) over NaN-free lanes, both started at +0, is exactly the fp32 amax fmaxf(0, |x|...).
-template <typename T> struct IsBf16 { static constexpr bool value = false; };
-template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
-
-template <typename T, bool MAX>
-__device__ __forceinline__ u32 minmax2(u32 a, u32 b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    u32 r;
-    if constexpr (IsBf16<T>::value) {
-        if constexpr (MAX) asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-        else asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    } else {
-        if constexpr (MAX) asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-        else asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    }
-    return r;
-#else
-    u32 r = 0u;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const u32 ba = (a >> (16 * h)) & 0xFFFFu, bb = (b >> (16 * h)) & 0xFFFFu;
-        const float fa = bits16_to_f32<T>(ba), fb = bits16_to_f32<T>(bb);
-        const bool take_b = fa != fa || (MAX ? fb > fa : fb < fa);
-        r |= (take_b ? bb : ba) << (16 * h);
-    }
-    return r;
-#endif
-}
-
-// The fp32 amax of the lanes seen by packed maxima hi and minima lo (both started at +0, so NaN-free):
-// max over the lanes of |hi| and |lo| (exact widenings; the absolute values also turn a -0 lane into +0,
-// so the result is +0, not -0, when every value seen is a zero, like fmaxf(0, |x|...)).
-template <typename T>
-__device__ __forceinline__ float packed_amax(u32 hi, u32 lo) {
-    const float a = f32_max(f32_abs(bits16_to_f32<T>(hi & 0xFFFFu)), f32_abs(bits16_to_f32<T>(hi >> 16)));
-    const float b = f32_max(f32_abs(bits16_to_f32<T>(lo & 0xFFFFu)), f32_abs(bits16_to_f32<T>(lo >> 16)));
-    return f32_max(a, b);
-}
-
 // Tile coordinates (tm, tk) of tile tm * n_tk + tk moved on by gridDim.x tiles (gq * n_tk + gr).
 __device__ __forceinline__ void advance_tile(int& tm, int& tk, int gq, int gr, int n_tk) {
     tk += gr;
@@ -520,35 +455,29 @@ __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int v
     const int nt = n_tk > 0 ? n_tk : 1;  // K == 0: no tiles, and no division by zero
     const int gq = (int)gridDim.x / nt, gr = (int)gridDim.x % nt;
 
-    // Two register sets alternate: one tile is cast from one while the next tile is loaded into the other
-    // (the loop body is instantiated twice, so no register copies; buf is then a constant per instance).
-    u32 ra[4][W], rb[4][W];
+    u32 next[4][W];
     int tile_id = blockIdx.x;
     int tm = tile_id / nt, tk = tile_id % nt;  // of tile_id
-    if (tile_id < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, ra);
+    if (tile_id < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, next);
     float m = 0.0f;
-    u32 pmax = 0u, pmin = 0u;  // 16-bit inputs: packed maxima and minima of every value seen (+0 to start)
-    auto step = [&](const u32 (&raw)[4][W], u32 (&next)[4][W], const int buf) {
+    int buf = 0;
+    for (; tile_id < tiles; tile_id += gridDim.x) {
+        u32 raw[4][W];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
         const int m0 = tm * TILE, k0 = tk * TILE;
         advance_tile(tm, tk, gq, gr, n_tk);
         if (tile_id + (int)gridDim.x < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, next);
 
-        if constexpr (AMAX && W == 4) {  // the raw words, two values each
-#pragma unroll
-            for (int i = 0; i < 4; ++i)
-#pragma unroll
-                for (int w = 0; w < W; w += 2) {
-                    pmax = minmax2<T, true>(minmax2<T, true>(pmax, raw[i][w]), raw[i][w + 1]);
-                    pmin = minmax2<T, false>(minmax2<T, false>(pmin, raw[i][w]), raw[i][w + 1]);
-                }
-        }
         // rw[i][h]: byte c = q of row 4 * rg + i, column 8 * cg + 4 * h + c of the tile.
         u32 rw[4][2];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             float v[8];
             unpack_row8(x, raw[i], v);
-            if constexpr (AMAX && W == 8) {
+            if (AMAX) {
 #pragma unroll
                 for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[j]));
             }
@@ -587,16 +516,10 @@ __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int v
             }
             __syncthreads();  // also orders the previous use of tile[buf ^ 1] before its next writes
             store_transposed(tile[buf], col_out, M, K, m0, k0, vec_col);
+            buf ^= 1;
         }
-        tile_id += gridDim.x;
-    };
-    while (tile_id < tiles) {
-        step(ra, rb, 0);
-        if (tile_id >= tiles) break;
-        step(rb, ra, 1);
     }
     if (AMAX) {
-        if constexpr (W == 4) m = packed_amax<T>(pmax, pmin);
         m = block_max(m);
         if (t == 0) atomic_fmax_accumulate(accumulator, m);
     }

@@ -23,13 +23,7 @@
 //       column-wise bytes are transposed in shared memory (two alternating buffers) and written 16
 //       bytes per thread (2D: the row bytes, transposed 4x4 by byte permutes). Values are quantized four
 //       at a time (two cvt.rn.satfinite.*x2.f32, the same rounding per value), the fp8 format chosen by
-//       one uniform branch per site. Full tiles load and store the row bytes without bounds checks
-//       (one address per thread, then a row stride); the loop body is instantiated twice with two
-//       register sets alternating as current and next tile (no register copies, constant buffer
-//       indices). 16-bit inputs take their block maxima on packed words: 2D as packed max/min.*x2 of
-//       the raw words (max(hi, -lo) is the exact amax), 1D as packed max.*x2 of the words with the sign
-//       bits cleared (row and column maxima, and the lane ^ 16 column exchange, on packed words); these
-//       keep subnormals, skip NaN lanes like fmaxf and start from +0, so every amax is unchanged.
+//       one uniform branch per site.
 //   fp8_block_dequantize_*
 //       rows x 16-byte stores: each thread loads 4 rows of one vector of the data before storing.
 
@@ -205,34 +199,6 @@ __device__ __forceinline__ void reload(u32 (&w)[N]) {
 #endif
 }
 
-// Packed maxima / minima of two 16-bit floats per word (max.{bf16,f16}x2 / min.*x2, no .ftz: subnormals
-// compare as themselves; a NaN lane yields the other operand's lane, like fmaxf/fminf; two in a row fuse
-// into one three-operand VHMNMX). The result lane is one of the operand lanes, so maxima are exact.
-template <typename T, bool MAX>
-__device__ __forceinline__ u32 minmax2(u32 a, u32 b) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    u32 r;
-    if constexpr (IsBf16<T>::value) {
-        if constexpr (MAX) asm("max.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-        else asm("min.bf16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    } else {
-        if constexpr (MAX) asm("max.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-        else asm("min.f16x2 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(b));
-    }
-    return r;
-#else
-    u32 r = 0u;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const u32 ba = (a >> (16 * h)) & 0xFFFFu, bb = (b >> (16 * h)) & 0xFFFFu;
-        const float fa = bits16_to_f32<T>(ba), fb = bits16_to_f32<T>(bb);
-        const bool take_b = fa != fa || (MAX ? fb > fa : fb < fa);
-        r |= (take_b ? bb : ba) << (16 * h);
-    }
-    return r;
-#endif
-}
-
 // Classification by bits (no dependence on <cmath> under NVRTC).
 __device__ __forceinline__ bool is_nan(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) > 0x7F800000u; }
 __device__ __forceinline__ bool is_inf(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) == 0x7F800000u; }
@@ -263,19 +229,6 @@ __device__ __forceinline__ void load_tile(const T* __restrict__ x, int M, int K,
     constexpr int W = 2 * sizeof(T);
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const int k = k0 + 8 * cg;
-    if (vec_ok && m0 + TILE <= M && k0 + TILE <= K) {  // a full tile: one address, then a row stride
-        const u8* p = reinterpret_cast<const u8*>(x + ((i64)(m0 + 4 * rg) * K + k));
-        const i64 stride = (i64)K * sizeof(T);
-#pragma unroll
-        for (int i = 0; i < 4; ++i, p += stride) {
-#pragma unroll
-            for (int h = 0; h < W / 4; ++h) {
-                const uint4 a = reinterpret_cast<const uint4*>(p)[h];
-                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
-            }
-        }
-        return;
-    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int m = m0 + 4 * rg + i;
@@ -312,20 +265,6 @@ __device__ __forceinline__ void store_row_words(u8* __restrict__ out, int M, int
     }
 }
 
-// The thread's 4 rows of 8 bytes (rw[i] = row 4 * rg + i, columns 8 * cg ..); a full tile needs no bounds checks.
-__device__ __forceinline__ void store_row_tile(u8* __restrict__ out, int M, int K, int m0, int k0, int vec_ok,
-                                               const u32 (&rw)[4][2]) {
-    const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
-    if (vec_ok && m0 + TILE <= M && k0 + TILE <= K) {
-        u8* dst = out + ((i64)(m0 + 4 * rg) * K + k0 + 8 * cg);
-#pragma unroll
-        for (int i = 0; i < 4; ++i, dst += K) *reinterpret_cast<uint2*>(dst) = make_uint2(rw[i][0], rw[i][1]);
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) store_row_words(out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_ok, rw[i][0], rw[i][1]);
-    }
-}
-
 // Write the transposed tile (column k of x becomes row k of the (K, M) output).
 __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0,
                                                  int k0, int vec_ok) {
@@ -335,16 +274,11 @@ __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __re
         const int c = idx >> 3, seg = idx & 7;
         const int k = k0 + c;
         if (k >= K) continue;
-        // Words swizzle(c, 4 * seg + q), q = 0..3: with x = (c >> 3) << 1 (even), (4 * seg + q) ^ x is
-        // g + (q ^ (x & 2)) for the group g = (4 * seg) ^ (x & ~3): two pairs of adjacent words.
-        const int x = (c >> 3) << 1, g = (4 * seg) ^ (x & ~3);
-        const u32* lo = &tile[c][g + (x & 2)];
-        const u32* hi = &tile[c][g + ((x & 2) ^ 2)];
         uint4 w;
-        w.x = lo[0];
-        w.y = lo[1];
-        w.z = hi[0];
-        w.w = hi[1];
+        w.x = tile[c][swizzle(c, 4 * seg + 0)];
+        w.y = tile[c][swizzle(c, 4 * seg + 1)];
+        w.z = tile[c][swizzle(c, 4 * seg + 2)];
+        w.w = tile[c][swizzle(c, 4 * seg + 3)];
         const int m = m0 + 16 * seg;
         u8* dst = out + (i64)k * M + m;
         if (vec_ok && m + 16 <= M) {
@@ -414,16 +348,15 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
     const int tiles = ((M + TILE - 1) / TILE) * n_tk;
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4, lane = t & 31, warp = t >> 5;
 
-    // Two register sets alternate: a tile is quantized from one while the next tile is loaded into the other
-    // (the loop body is instantiated twice, so no register copies; buf is then a constant per instance).
-    u32 ra[4][W], rb[4][W];
+    u32 next[4][W];
     int tile_id = blockIdx.x;
     if (tile_id >= tiles) return;  // no tile for this block (n_tk >= 1 below)
     // Tile coordinates advance by (step_m, step_k) per grid stride (no division in the loop).
     const int step_m = (int)gridDim.x / n_tk, step_k = (int)gridDim.x - step_m * n_tk;
     int am = tile_id / n_tk, ak = tile_id - am * n_tk;  // coordinates of tile_id, then of the tile loaded ahead
-    load_tile(x, M, K, am * TILE, ak * TILE, vec_in, ra);
-    auto step = [&](u32 (&raw)[4][W], u32 (&next)[4][W], const int buf) {
+    load_tile(x, M, K, am * TILE, ak * TILE, vec_in, next);
+    int buf = 0;
+    for (; tile_id < tiles; tile_id += gridDim.x) {
         const int tm = am, tk = ak;
         ak += step_k;
         am += step_m;
@@ -431,6 +364,11 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             ak -= n_tk;
             ++am;
         }
+        u32 raw[4][W];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
         const int ahead = tile_id + gridDim.x;
         if (ahead < tiles) load_tile(x, M, K, am * TILE, ak * TILE, vec_in, next);
 
@@ -442,26 +380,10 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
         if constexpr (two_d) {
             // One 128x128 block: max over the thread's 32 values, the warp, then the 16 warps.
             float a = 0.0f;
-            if constexpr (W == 4) {
-                // 16-bit values: packed maxima hi and minima lo of the raw words from +0 (NaN lanes skipped),
-                // then a = max over the lanes of |hi| and |lo|, the exact max |v| (fp32 widening is exact;
-                // the absolute values also make a -0 lane +0).
-                u32 hi = 0u, lo = 0u;
 #pragma unroll
-                for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int w = 0; w < W; w += 2) {
-                        hi = minmax2<T, true>(minmax2<T, true>(hi, raw[i][w]), raw[i][w + 1]);
-                        lo = minmax2<T, false>(minmax2<T, false>(lo, raw[i][w]), raw[i][w + 1]);
-                    }
-                a = f32_max(f32_max(f32_abs(word_elem<T>(&hi, 0)), f32_abs(word_elem<T>(&hi, 1))),
-                            f32_max(f32_abs(word_elem<T>(&lo, 0)), f32_abs(word_elem<T>(&lo, 1))));
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
-            }
+                for (int j = 0; j < 8; ++j) a = f32_max(a, f32_abs(word_elem<T>(raw[i], j)));
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) a = f32_max(a, __shfl_xor_sync(FULL, a, o));
             if (lane == 0) tile_part[buf][warp] = a;
@@ -480,7 +402,11 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             u32 row_words[4][2];
             const float s4[4] = {s, s, s, s};
             if (e5m2) quantize_rows<T, true>(raw, s4, row_words); else quantize_rows<T, false>(raw, s4, row_words);
-            if (row_out != nullptr) store_row_tile(row_out, M, K, m0, k0, vec_row, row_words);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                if (row_out != nullptr)
+                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[i][0],
+                                    row_words[i][1]);
             if (col_out != nullptr) {  // the same bytes serve the column-wise copy
                 transpose4x4(row_words[0][0], row_words[1][0], row_words[2][0], row_words[3][0], col_words);
                 transpose4x4(row_words[0][1], row_words[1][1], row_words[2][1], row_words[3][1], col_words + 4);
@@ -490,62 +416,25 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             // One pass over the values: maxima of the thread's 4 rows (8 values each) and 8 columns (4 values
             // each). The maxima are exact and never NaN (they start at 0), so any order gives the same amax.
             float ra[4], ca[8];
-            u32 cm[4];  // 16-bit values: packed column maxima, columns 8*cg + 2p (low lane), 2p + 1 (high)
 #pragma unroll
             for (int i = 0; i < 4; ++i) ra[i] = 0.0f;
 #pragma unroll
             for (int j = 0; j < 8; ++j) ca[j] = 0.0f;
-            if constexpr (W == 4) {
-                // |v| of both lanes by clearing the sign bits (NaN stays NaN), then packed maxima from +0 (NaN
-                // lanes skipped); the lanes widen exactly to fp32.
-                u32 aw[4][4];
 #pragma unroll
-                for (int i = 0; i < 4; ++i)
+            for (int i = 0; i < 4; ++i)
 #pragma unroll
-                    for (int w = 0; w < 4; ++w) aw[i][w] = raw[i][w] & 0x7FFF7FFFu;
-                if constexpr (rows_1d) {
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        u32 r = minmax2<T, true>(minmax2<T, true>(0u, aw[i][0]), aw[i][1]);
-                        r = minmax2<T, true>(minmax2<T, true>(r, aw[i][2]), aw[i][3]);
-                        ra[i] = f32_max(word_elem<T>(&r, 0), word_elem<T>(&r, 1));
-                    }
+                for (int j = 0; j < 8; ++j) {
+                    const float v = f32_abs(word_elem<T>(raw[i], j));
+                    if constexpr (rows_1d) ra[i] = f32_max(ra[i], v);
+                    if constexpr (cols_1d) ca[j] = f32_max(ca[j], v);
                 }
-                if constexpr (cols_1d) {
-#pragma unroll
-                    for (int w = 0; w < 4; ++w) {
-                        const u32 c = minmax2<T, true>(minmax2<T, true>(0u, aw[0][w]), aw[1][w]);
-                        cm[w] = minmax2<T, true>(minmax2<T, true>(c, aw[2][w]), aw[3][w]);
-                    }
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const float v = f32_abs(word_elem<T>(raw[i], j));
-                        if constexpr (rows_1d) ra[i] = f32_max(ra[i], v);
-                        if constexpr (cols_1d) ca[j] = f32_max(ca[j], v);
-                    }
-            }
             if constexpr (cols_1d) {
                 // 128x1 column blocks: the two row groups of the warp, then the 16 warps in shared memory
                 // (after the row-wise work below); 128 threads compute the column scales.
-                if constexpr (W == 4) {
 #pragma unroll
-                    for (int w = 0; w < 4; ++w) {
-                        const u32 a = minmax2<T, true>(cm[w], __shfl_xor_sync(FULL, cm[w], 16));
-                        if (lane < 16) {
-                            col_part[warp][2 * w][cg] = word_elem<T>(&a, 0);
-                            col_part[warp][2 * w + 1][cg] = word_elem<T>(&a, 1);
-                        }
-                    }
-                } else {
-#pragma unroll
-                    for (int j = 0; j < 8; ++j) {
-                        const float a = f32_max(ca[j], __shfl_xor_sync(FULL, ca[j], 16));
-                        if (lane < 16) col_part[warp][j][cg] = a;
-                    }
+                for (int j = 0; j < 8; ++j) {
+                    const float a = f32_max(ca[j], __shfl_xor_sync(FULL, ca[j], 16));
+                    if (lane < 16) col_part[warp][j][cg] = a;
                 }
             }
             if constexpr (rows_1d) {
@@ -574,7 +463,10 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
                 for (int i = 0; i < 4; ++i) reload(raw[i]);
                 u32 row_words[4][2];
                 if (e5m2) quantize_rows<T, true>(raw, s4, row_words); else quantize_rows<T, false>(raw, s4, row_words);
-                store_row_tile(row_out, M, K, m0, k0, vec_row, row_words);
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, row_words[i][0],
+                                    row_words[i][1]);
             }
         }
         if constexpr (cols_1d) {
@@ -605,13 +497,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
             __syncthreads();  // also orders the previous use of tile[buf ^ 1] before its next writes
             store_transposed(tile[buf], col_out, M, K, m0, k0, vec_col);
         }
-        tile_id += gridDim.x;
-    };
-    for (;;) {
-        step(ra, rb, 0);
-        if (tile_id >= tiles) break;
-        step(rb, ra, 1);
-        if (tile_id >= tiles) break;
+        buf ^= 1;
     }
 }
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import pathlib
+import re
 from typing import Any, Optional, Sequence
 
 import numpy as np
@@ -25,10 +26,26 @@ KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "kernels"
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
 
 
+_LOCAL_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
+
+
+def kernel_source(filename: str) -> str:
+    """``kernels/<filename>`` with its ``#include "x.cuh"`` lines replaced by those files' text.
+
+    NVRTC then compiles one self-contained source (no include path to pass), and the
+    compile cache, keyed by the source, changes whenever a shared header does.
+    """
+
+    def inline(match: re.Match) -> str:
+        header = (KERNEL_DIR / match.group(1)).read_text()
+        return "\n".join(line for line in header.splitlines() if line.strip() != "#pragma once")
+
+    return _LOCAL_INCLUDE.sub(inline, (KERNEL_DIR / filename).read_text())
+
+
 @functools.lru_cache(maxsize=None)
 def _module(filename: str, device_index: int) -> Any:
-    source = (KERNEL_DIR / filename).read_text()
-    return compile_module(source, COMPILE_OPTIONS, device_index, filename=filename)
+    return compile_module(kernel_source(filename), COMPILE_OPTIONS, device_index, filename=filename)
 
 
 def get_kernel(filename: str, name: str, device_index: Optional[int] = None) -> Any:

@@ -31,36 +31,7 @@ typedef unsigned char u8;
 typedef unsigned int u32;
 typedef long long i64;
 
-// ------------------------------------------------------------------ IEEE fp32 operations
-// CuPy appends -ftz=true to every NVRTC compile, after the caller's options, and NVRTC honours the last
-// occurrence: ordinary fp32 arithmetic, comparisons and conversions would then compile to their .ftz forms,
-// which flush subnormal operands and results to zero. torch's kernels (the reference) keep subnormals, so
-// every fp32 operation in this file is one of these inline-PTX instructions, which carry no .ftz whatever
-// the compile options (and are never contracted into an FMA). The C++ forms serve the host pass only.
-#ifdef __CUDA_ARCH__
-#define F32_UNARY(name, ptx, expr) \
-    __device__ __forceinline__ float name(float a) { float r; asm(ptx " %0, %1;" : "=f"(r) : "f"(a)); return r; }
-#define F32_BINARY(name, ptx, expr)                                                 \
-    __device__ __forceinline__ float name(float a, float b) {                       \
-        float r;                                                                    \
-        asm(ptx " %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));                         \
-        return r;                                                                   \
-    }
-#define F32_COMPARE(name, cmp, expr)                                                \
-    __device__ __forceinline__ bool name(float a, float b) {                        \
-        unsigned r;                                                                 \
-        asm("{ .reg .pred p; setp." cmp ".f32 p, %1, %2; selp.u32 %0, 1, 0, p; }"   \
-            : "=r"(r) : "f"(a), "f"(b));                                            \
-        return r != 0u;                                                             \
-    }
-#else
-#define F32_UNARY(name, ptx, expr) __device__ __forceinline__ float name(float a) { return expr; }
-#define F32_BINARY(name, ptx, expr) __device__ __forceinline__ float name(float a, float b) { return expr; }
-#define F32_COMPARE(name, cmp, expr) __device__ __forceinline__ bool name(float a, float b) { return expr; }
-#endif
-F32_BINARY(f32_mul, "mul.rn.f32", a * b)
-F32_BINARY(f32_max, "max.f32", fmaxf(a, b))
-F32_UNARY(f32_abs, "abs.f32", fabsf(a))
+#include "ieee_f32.cuh"
 
 // ------------------------------------------------------------------ element helpers
 template <typename T> __device__ __forceinline__ float bits16_to_f32(u32 b);

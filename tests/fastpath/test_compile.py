@@ -70,3 +70,36 @@ def test_cli_reports_a_broken_file(tmp_path):
                           capture_output=True, text=True)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FAILED broken.cu" in proc.stdout and "undefined_name" in proc.stdout
+
+
+HEADER_USERS = [p for p in FILES if '#include "' in p.read_text()]
+
+
+def test_shared_headers_are_inlined_for_nvrtc():
+    """The quantization kernels share ieee_f32.cuh; the source handed to NVRTC has it inlined."""
+    from fastpath._cuda import kernel_source
+
+    assert {"cast_fp8.cu", "fp8_block.cu", "mxfp8.cu", "nvfp4.cu"} <= {p.name for p in HEADER_USERS}
+    for path in HEADER_USERS:
+        source = kernel_source(path.name)
+        assert '#include "' not in source, f"{path.name}: a local include is left for NVRTC"
+        assert "F32_BINARY(f32_mul," in source, f"{path.name}: ieee_f32.cuh was not inlined"
+
+
+@pytest.mark.parametrize("path", HEADER_USERS, ids=[p.name for p in HEADER_USERS])
+def test_inlined_source_compiles_to_the_same_ptx(path, tmp_path):
+    """What NVRTC compiles (headers inlined) is the code nvcc builds from the file and its headers."""
+    from fastpath._cuda import kernel_source
+
+    nvcc = _nvcc_or_skip()
+    inlined = tmp_path / path.name
+    inlined.write_text(kernel_source(path.name))
+
+    def ptx(source: pathlib.Path) -> bytes:
+        out = tmp_path / (source.stem + ("_inlined" if source == inlined else "") + ".ptx")
+        result = subprocess.run([nvcc, *compile_check.NVCC_FLAGS, "-ptx", str(source), "-o", str(out)],
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return out.read_bytes()
+
+    assert ptx(path) == ptx(inlined), f"{path.name}: inlining its headers changed the generated code"

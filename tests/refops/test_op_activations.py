@@ -269,7 +269,7 @@ SCALED = {
 }
 
 
-def run_scaled(op, act_ref, in_shape, out_width, dtype, device, *, input_requires_grad=True,
+def assert_scaled_op_matches_reference(op, act_ref, in_shape, out_width, dtype, device, *, input_requires_grad=True,
                scales_requires_grad=True, scales_dtype=None):
     scales_dtype = scales_dtype or dtype
     rows = tuple(in_shape[:-1])
@@ -306,7 +306,7 @@ def run_scaled(op, act_ref, in_shape, out_width, dtype, device, *, input_require
 @pytest.mark.parametrize("scales_requires_grad", (False, True))
 def test_scaled_swiglu(dtype, in_shape, input_requires_grad, scales_requires_grad, device):
     make_op, make_ref = SCALED["swiglu"]
-    run_scaled(make_op(None), make_ref(None), in_shape, in_shape[-1] // 2, dtype, device,
+    assert_scaled_op_matches_reference(make_op(None), make_ref(None), in_shape, in_shape[-1] // 2, dtype, device,
                input_requires_grad=input_requires_grad, scales_requires_grad=scales_requires_grad)
 
 
@@ -314,18 +314,18 @@ def test_scaled_swiglu(dtype, in_shape, input_requires_grad, scales_requires_gra
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_interleaved_scaled_glu(variant, dtype, device):
     make_op, make_ref = SCALED[variant]
-    run_scaled(make_op(8), make_ref(8), (24, 64), 32, dtype, device)
+    assert_scaled_op_matches_reference(make_op(8), make_ref(8), (24, 64), 32, dtype, device)
 
 
 def test_interleaved_scaled_swiglu(device):
-    run_scaled(ScaledSwiGLU(32), lambda x: gated(F.silu)(x, 32), (32, 384), 192, torch.float32, device)
+    assert_scaled_op_matches_reference(ScaledSwiGLU(32), lambda x: gated(F.silu)(x, 32), (32, 384), 192, torch.float32, device)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("interleave", (None, 32))
 def test_scaled_situglu(dtype, interleave, device):
     make_op, make_ref = SCALED["situglu"]
-    run_scaled(make_op(interleave), make_ref(interleave), (16, 128), 64, dtype, device)
+    assert_scaled_op_matches_reference(make_op(interleave), make_ref(interleave), (16, 128), 64, dtype, device)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -355,12 +355,12 @@ def test_scaled_clamped_qgeglu(dtype, glu_linear_offset, interleave, device):
 @pytest.mark.parametrize("input_requires_grad", (False, True))
 @pytest.mark.parametrize("scales_requires_grad", (False, True))
 def test_scaled_srelu(dtype, input_requires_grad, scales_requires_grad, device):
-    run_scaled(ScaledSReLU(), lambda x: F.relu(x) ** 2, (4, 6, 24), 24, dtype, device,
+    assert_scaled_op_matches_reference(ScaledSReLU(), lambda x: F.relu(x) ** 2, (4, 6, 24), 24, dtype, device,
                input_requires_grad=input_requires_grad, scales_requires_grad=scales_requires_grad)
 
 
 def test_scaled_fp32_scales_with_bf16_input(device):
-    run_scaled(ScaledSwiGLU(), gated(F.silu), (16, 64), 32, torch.bfloat16, device, scales_dtype=torch.float32)
+    assert_scaled_op_matches_reference(ScaledSwiGLU(), gated(F.silu), (16, 64), 32, torch.bfloat16, device, scales_dtype=torch.float32)
 
 
 def test_scaled_in_sequential_and_no_grad(device):

@@ -554,8 +554,12 @@ def test_scaled_activation_has_no_quantizer_fusion(recipe_name, device):
 @pytest.mark.parametrize("recipe_name", RECIPES)
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 @pytest.mark.parametrize("quantized_weight", (False, True), ids=("hp_weight", "q_weight"))
-def test_layernorm_mlp(recipe_name, dtype, quantized_weight, device, in_shape=(ROWS, HIDDEN)):
+def test_layernorm_mlp(recipe_name, dtype, quantized_weight, device):
     """LayerNorm -> Linear -> GELU -> Linear vs float64 with TE's loose test_layernorm_mlp tolerances."""
+    assert_layernorm_mlp_matches_float64(recipe_name, dtype, quantized_weight, device, (ROWS, HIDDEN))
+
+
+def assert_layernorm_mlp_matches_float64(recipe_name, dtype, quantized_weight, device, in_shape):
     skip_unsupported(recipe_name, dtype)
     hidden, ffn = HIDDEN, 2 * HIDDEN
     with te.quantized_model_init(enabled=quantized_weight, recipe=make_test_recipe(recipe_name)):
@@ -603,4 +607,4 @@ def test_layernorm_mlp(recipe_name, dtype, quantized_weight, device, in_shape=(R
 @pytest.mark.parametrize("recipe_name", RECIPES)
 def test_layernorm_mlp_3d_input(recipe_name, device):
     """TE's [seq, batch, hidden] input: the same MLP on (2, 64, 128)."""
-    test_layernorm_mlp(recipe_name, torch.bfloat16, False, device, in_shape=(2, ROWS // 2, HIDDEN))
+    assert_layernorm_mlp_matches_float64(recipe_name, torch.bfloat16, False, device, (2, ROWS // 2, HIDDEN))

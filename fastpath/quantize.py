@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 from refops.kernels.reference.quant_mxfp8 import check_mxfp8_shape
-from refops.kernels.reference.quant_nvfp4 import _check_random_bytes, _validate, nvfp4_scale_shape
+from refops.kernels.reference.quant_nvfp4 import check_random_bytes, nvfp4_scale_shape, validate_options
 
 from ._cuda import f32, f64, get_kernel, i32, i64, launch, ptr
 
@@ -338,12 +338,12 @@ class QuantizeKernels:
             return super().quantize_nvfp4(x, **options)
         err_mode = err_mode.upper()
         e4m3_max_4over6 = float(e4m3_max_4over6)
-        _validate(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d=with_2d_quantization, with_rht=with_rht,
+        validate_options(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d=with_2d_quantization, with_rht=with_rht,
                           stochastic_rounding=stochastic_rounding, use_4over6=use_4over6,
                           e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled))
         m, k = x.shape
-        _check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
-        _check_random_bytes("random_bytes_columnwise", random_bytes_columnwise, (k, m),
+        check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
+        check_random_bytes("random_bytes_columnwise", random_bytes_columnwise, (k, m),
                             stochastic_rounding and columnwise)
         return _nvfp4_quantize(
             _aligned(x), rowwise=rowwise, columnwise=columnwise, two_d=with_2d_quantization,

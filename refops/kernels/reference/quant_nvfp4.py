@@ -44,6 +44,8 @@ from .hadamard import hadamard_transform_16
 
 __all__ = [
     "BLOCK",
+    "check_random_bytes",
+    "validate_options",
     "NVFP4QuantizeResult",
     "nvfp4_scale_shape",
     "nvfp4_global_scale",
@@ -259,7 +261,8 @@ def _quantize_2d_orientation(
     return pack_e2m1(codes.view(rows, cols)), s_b
 
 
-def _check_random_bytes(name: str, random_bytes: torch.Tensor | None, shape: tuple[int, int], needed: bool) -> None:
+def check_random_bytes(name: str, random_bytes: torch.Tensor | None, shape: tuple[int, int], needed: bool) -> None:
+    """Stochastic rounding's bytes: given exactly when ``needed``, uint8 of ``shape`` (one per element)."""
     if not needed:
         if random_bytes is not None:
             raise ValueError(f"nvfp4_quantize: {name} given but not used (needs stochastic_rounding and that usage)")
@@ -273,8 +276,8 @@ def _check_random_bytes(name: str, random_bytes: torch.Tensor | None, shape: tup
         )
 
 
-def _validate(x2d: torch.Tensor, o: dict) -> None:
-    """Reject shapes, dtypes and option combinations TE's kernels do not support."""
+def validate_options(x2d: torch.Tensor, o: dict) -> None:
+    """Reject shapes, dtypes and option combinations TE's kernels do not support (``o``: nvfp4_quantize's flags)."""
     if not isinstance(x2d, torch.Tensor) or x2d.ndim != 2:
         raise ValueError(f"nvfp4_quantize: expected a 2D tensor (M, K), got {getattr(x2d, 'shape', type(x2d))}")
     if x2d.dtype not in _SUPPORTED_DTYPES:
@@ -369,10 +372,10 @@ def nvfp4_quantize(
         err_mode=err_mode,
         row_scaled=row_scaled,
     )
-    _validate(x2d, flags)
+    validate_options(x2d, flags)
     m, k = x2d.shape
-    _check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
-    _check_random_bytes(
+    check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
+    check_random_bytes(
         "random_bytes_columnwise", random_bytes_columnwise, (k, m), stochastic_rounding and columnwise
     )
     e4m3_max = e4m3_max_4over6 if use_4over6 else 448.0

@@ -8,11 +8,12 @@ from .elementwise import ElementwiseKernels
 from .gemm import GemmKernels
 from .norms import NormKernels
 from .quantize import QuantizeKernels
+from .quantize_nvfp4 import Nvfp4Kernels
 
 __all__ = ["FastpathKernels"]
 
 
-class FastpathKernels(QuantizeKernels, GemmKernels, NormKernels, ElementwiseKernels, ReferenceKernels):
+class FastpathKernels(QuantizeKernels, Nvfp4Kernels, GemmKernels, NormKernels, ElementwiseKernels, ReferenceKernels):
     """Each mixin overrides the kernels of one family and calls ``super()`` (the reference) for
     inputs it does not handle (CPU tensors, unsupported dtypes or layouts)."""
 

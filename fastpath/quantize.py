@@ -1,4 +1,5 @@
-"""Quantize, dequantize and amax for every recipe: CUDA kernels, bit-identical to the reference.
+"""Quantize, dequantize and amax of the FP8 recipes (per-tensor, MXFP8, block): CUDA kernels, bit-identical
+to the reference (NVFP4: :mod:`fastpath.quantize_nvfp4`).
 
 The specification is ``refops.kernels.reference.quant_*``; every kernel reproduces its
 sequence of fp32 (and, for per-tensor and block scales, fp64) operations op for op.
@@ -20,11 +21,6 @@ dequantize_mxfp8              ``mxfp8_dequantize_*``
 quantize_float8_block         ``fp8_block.cu: fp8_block_quantize_*`` (128x128 tiles, 1D and
                               2D, both usages and the transpose in one pass)
 dequantize_float8_block       ``fp8_block_dequantize_*``
-quantize_nvfp4                pass 1: ``nvfp4.cu: nvfp4_amax_*`` or, for the column-wise
-                              RHT, ``nvfp4_rht_amax_bf16``; pass 2: ``nvfp4_quantize_<v>_*``
-                              (one kernel per option set: persistent, 64-row x 256-byte tiles
-                              through a cp.async double buffer, last tile first)
-dequantize_nvfp4              ``nvfp4_dequantize_rows_*`` / ``nvfp4_dequantize_cols_*``
 ===========================  ==============================================================
 
 What runs the reference instead (``super()``), and why:
@@ -33,42 +29,43 @@ What runs the reference instead (``super()``), and why:
   the per-tensor cast (the reference broadcasts them against the (1,) scale to shape
   (1,)), and calls that ask for no usage: nothing to accelerate; the reference also
   produces the exact errors and degenerate results for them.
-* Invalid shapes or options: the reference raises its error (NVFP4 options are
-  validated with the reference's own checks before any kernel runs).
+* Invalid shapes or options: the reference raises its error.
 * ``compute_scale_from_amax`` of an amax that is not fp32 (the reference converts it
   first); the block recipes compute their scales inside the quantize kernels.
-* Row-scaled NVFP4 (``row_scaled=True``): one amax (and S_enc) per row of x and per
-  column for the column-wise copy; a forward-activation-only option that would need its
-  own per-row and per-column amax pass and per-row scale plumbing through the tile
-  kernel. It stays on the reference (the tests check the fallback is exact).
 * Dequantize inputs in unusual layouts the kernels do not index (scale tensors whose
-  last dim is strided, NVFP4 column-wise data whose K is not a multiple of 16, data not
-  stored as uint8/the FP8 dtype).
+  last dim is strided, data not stored as uint8/the FP8 dtype).
 """
 
 from __future__ import annotations
 
-import functools
-import math
 from typing import Any
 
 import numpy as np
 import torch
 
 from refops.kernels.reference.quant_mxfp8 import check_mxfp8_shape
-from refops.kernels.reference.quant_nvfp4 import check_random_bytes, nvfp4_scale_shape, validate_options
 
-from ._cuda import f32, f64, get_kernel, i32, i64, launch, ptr
+from ._cuda import f32, f64, i32, i64, ptr
+from ._quantize_launch import (
+    _SUFFIX,
+    _THREADS,
+    _aligned,
+    _ceil_div,
+    _fast_input,
+    _grid,
+    _on_cuda,
+    _rows_cols,
+    _run,
+    _sm_count,
+)
 
 __all__ = ["QuantizeKernels"]
 
-_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 #: FP8 dtype -> (is E5M2, fmax, fl(1/fmax) bits).
 _FP8 = {
     torch.float8_e4m3fn: (0, 448.0, 0x3B124925),
     torch.float8_e5m2: (1, 57344.0, 0x37924925),
 }
-_THREADS = 256
 _TILE_THREADS = 512
 #: 16-byte vectors per block of the flat kernels in cast_fp8.cu (FLAT_THREADS x UNROLL x CHUNKS).
 _AMAX_VECTORS = 256 * 4 * 4
@@ -81,26 +78,6 @@ _MXFP8_BLOCKS_PER_SM = {torch.float32: 2, torch.float16: 4, torch.bfloat16: 4}
 
 
 # ------------------------------------------------------------------ helpers
-def _on_cuda(*tensors: torch.Tensor | None) -> bool:
-    """Every given tensor lives on one CUDA device."""
-    present = [t for t in tensors if t is not None]
-    return all(t.is_cuda and t.device == present[0].device for t in present)
-
-
-def _fast_input(x: torch.Tensor) -> bool:
-    return isinstance(x, torch.Tensor) and _on_cuda(x) and x.dtype in _SUFFIX and x.numel() > 0
-
-
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
-
-
-def _grid(work_items: int, device: torch.device, *, block: int = _THREADS) -> tuple[int]:
-    """Enough blocks for ``work_items`` (one per thread), capped at 16 blocks per SM (kernels grid-stride)."""
-    return (max(1, min(-(-work_items // block), 16 * _sm_count(device.index or 0))),)
-
-
 def _chunk_grid(vectors: int, per_block: int) -> tuple[int]:
     """One block per ``per_block`` 16-byte vectors (the flat kernels' chunks); at least one block."""
     return (max(1, _ceil_div(vectors, per_block)),)
@@ -114,33 +91,12 @@ def _persistent_grid(tiles: int, device: torch.device, blocks_per_sm: int) -> tu
     return (max(1, _ceil_div(tiles, _ceil_div(tiles, slots))),)
 
 
-def _aligned(t: torch.Tensor) -> torch.Tensor:
-    """``t`` contiguous with a 16-byte aligned start (a copy only when needed), for vector loads."""
-    t = t.contiguous()
-    return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
-def _rows_cols(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
-    """``(M, K)``: the product of the leading dims and the last dim (1 for a 0-dim shape)."""
-    k = shape[-1] if len(shape) > 0 else 1
-    return math.prod(shape[:-1]), k
-
-
-def _ceil_div(n: int, d: int) -> int:
-    return -(-n // d)
-
-
 def _round_up(n: int, multiple: int) -> int:
     return _ceil_div(n, multiple) * multiple
 
 
 def _f32_from_bits(bits: int) -> np.float32:
     return np.array([bits], dtype=np.uint32).view(np.float32)[0]
-
-
-def _run(filename: str, name: str, grid: tuple[int, ...], block: int | tuple[int, ...], args: tuple[Any, ...],
-         device: torch.device) -> None:
-    launch(get_kernel(filename, name), grid, block if isinstance(block, tuple) else (block,), args, device=device)
 
 
 def _amax_into(x: torch.Tensor, out: torch.Tensor, out2: torch.Tensor | None = None) -> None:
@@ -322,59 +278,6 @@ class QuantizeKernels:
               i32(_FP8[fp8_dtype][0]), ptr(out)), data.device)
         return out
 
-    # --------------------------------------------------------------- NVFP4
-    def quantize_nvfp4(self, x, *, rowwise, columnwise, with_2d_quantization=False, with_rht=False,
-                       with_random_sign_mask=True, stochastic_rounding=False, random_bytes_rowwise=None,
-                       random_bytes_columnwise=None, use_4over6=False, e4m3_max_4over6=256.0, err_mode="MAE",
-                       row_scaled=False):
-        options = dict(
-            rowwise=rowwise, columnwise=columnwise, with_2d_quantization=with_2d_quantization, with_rht=with_rht,
-            with_random_sign_mask=with_random_sign_mask, stochastic_rounding=stochastic_rounding,
-            random_bytes_rowwise=random_bytes_rowwise, random_bytes_columnwise=random_bytes_columnwise,
-            use_4over6=use_4over6, e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled,
-        )
-        if not (_fast_input(x) and x.ndim == 2 and not row_scaled and _on_cuda(x, random_bytes_rowwise)
-                and _on_cuda(x, random_bytes_columnwise)):
-            return super().quantize_nvfp4(x, **options)
-        err_mode = err_mode.upper()
-        e4m3_max_4over6 = float(e4m3_max_4over6)
-        validate_options(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d=with_2d_quantization, with_rht=with_rht,
-                          stochastic_rounding=stochastic_rounding, use_4over6=use_4over6,
-                          e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled))
-        m, k = x.shape
-        check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
-        check_random_bytes("random_bytes_columnwise", random_bytes_columnwise, (k, m),
-                            stochastic_rounding and columnwise)
-        return _nvfp4_quantize(
-            _aligned(x), rowwise=rowwise, columnwise=columnwise, two_d=with_2d_quantization,
-            rht=with_rht and columnwise, sign_mask=with_random_sign_mask,
-            random_rowwise=_aligned(random_bytes_rowwise) if stochastic_rounding and rowwise else None,
-            random_columnwise=_aligned(random_bytes_columnwise) if stochastic_rounding and columnwise else None,
-            use_4over6=use_4over6, e4m3_max=e4m3_max_4over6 if use_4over6 else 448.0, mse=err_mode == "MSE",
-        )
-
-    def dequantize_nvfp4(self, data, scale_inv, amax, *, shape, columnwise, e4m3_max, out_dtype):
-        plan = _nvfp4_dequantize_plan(data, scale_inv, amax, shape, columnwise, out_dtype)
-        if plan is None:
-            return super().dequantize_nvfp4(data, scale_inv, amax, shape=shape, columnwise=columnwise,
-                                            e4m3_max=e4m3_max, out_dtype=out_dtype)
-        rows, cols, a = plan
-        q = _aligned(data)
-        dev = data.device
-        out = torch.empty(tuple(shape), dtype=out_dtype, device=dev)
-        common = (ptr(scale_inv), i32(scale_inv.stride(0)), ptr(a), i32(int(a.numel() == rows and rows > 1)),
-                  f32(np.float32(1.0 / (6.0 * e4m3_max))), ptr(out))
-        sfx = _SUFFIX[out_dtype]
-        if columnwise:  # tiles of 64 k x 128 m (16-bit outputs) or 64 k x 64 m (fp32)
-            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 128 if out.element_size() == 2 else 64)
-            _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (tiles,), _THREADS,
-                 (ptr(q), i32(rows), i32(cols), *common), dev)
-        else:
-            _run("nvfp4.cu", f"nvfp4_dequantize_rows_{sfx}", _grid(rows * cols // 16, dev), _THREADS,
-                 (ptr(q), i64(rows), i64(cols), *common), dev)
-        return out
-
-
 # ------------------------------------------------------------------ family helpers
 def _scales(rows: int, cols: int, valid_rows: int, valid_cols: int, **kwargs: Any) -> torch.Tensor:
     """A scale tensor the kernel fills: zero-filled only when it has padding (the kernel writes every valid
@@ -399,67 +302,3 @@ def _mxfp8_shape_ok(shape: torch.Size) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: bool, rht: bool, sign_mask: bool,
-                    random_rowwise: torch.Tensor | None, random_columnwise: torch.Tensor | None, use_4over6: bool,
-                    e4m3_max: float, mse: bool) -> tuple[Any, ...]:
-    """Validated, aligned ``x`` ``(M, K)``: pass 1 (global amaxes, one streaming read), pass 2 (data and scales)."""
-    m, k = x.shape
-    dev = x.device
-    sfx = _SUFFIX[x.dtype]
-    sms = _sm_count(dev.index or 0)
-    amaxes = torch.zeros(2, dtype=torch.float32, device=dev)  # one fill for both orientations
-    row_amax = amaxes[0:1] if rowwise else None
-    col_amax = amaxes[1:2] if columnwise else None
-    if rht:  # the column-wise amax is taken over the bf16 RHT outputs
-        tasks = (m // 16) * (k // 4)
-        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (max(1, min(_ceil_div(tasks, _THREADS), 8 * sms)),), _THREADS,
-             (ptr(x), i32(m), i32(k), i32(int(sign_mask)), ptr(row_amax), ptr(col_amax)), dev)
-    else:  # both orientations see the same values
-        n16 = x.numel() * x.element_size() // 16  # K % 16 == 0: whole 16-byte vectors
-        _run("nvfp4.cu", f"nvfp4_amax_{sfx}", (max(1, min(_ceil_div(n16, 4 * _THREADS), 8 * sms)),), _THREADS,
-             (ptr(x), i64(n16), ptr(row_amax), ptr(col_amax)), dev)
-    u8 = functools.partial(torch.empty, dtype=torch.uint8, device=dev)
-    row_data = u8(m, k // 2) if rowwise else None
-    col_data = u8(k, m // 2) if columnwise else None
-    row_scale = _nvfp4_scale_tensor(m, k, dev) if rowwise else None
-    col_scale = _nvfp4_scale_tensor(k, m, dev) if columnwise else None
-    sr = random_rowwise is not None or random_columnwise is not None
-    if use_4over6:
-        variant, per_sm = ("4o6_2d" if two_d else "4o6"), 3
-    elif rht:
-        variant, per_sm = ("sr_rht" if sr else "rht"), 2
-    else:
-        variant, per_sm = ("_".join(["2d"] * two_d + ["sr"] * sr) or "std"), 3
-    tiles = _ceil_div(m, 64) * _ceil_div(k, 256 // x.element_size())  # 64 rows x 256 bytes
-    _run("nvfp4.cu", f"nvfp4_quantize_{variant}_{sfx}", (max(1, min(tiles, per_sm * sms)),), _THREADS,
-         (ptr(x), i32(m), i32(k),
-          ptr(row_data), ptr(row_scale), i32(row_scale.shape[1] if rowwise else 0), ptr(row_amax), ptr(random_rowwise),
-          ptr(col_data), ptr(col_scale), i32(col_scale.shape[1] if columnwise else 0), ptr(col_amax),
-          ptr(random_columnwise), i32(int(mse)), f32(np.float32(6.0 * e4m3_max)), i32(int(sign_mask))), dev)
-    return row_data, row_scale, row_amax, col_data, col_scale, col_amax
-
-
-def _nvfp4_scale_tensor(rows: int, cols: int, device: torch.device) -> torch.Tensor:
-    """Scale bytes for data ``rows x cols``: the kernel writes ``[:rows, :cols/16]``; padding (if any) is zero."""
-    shape = nvfp4_scale_shape(rows, cols)
-    padded = shape != (rows, cols // 16)
-    return (torch.zeros if padded else torch.empty)(shape, dtype=torch.uint8, device=device)
-
-
-def _nvfp4_dequantize_plan(data: torch.Tensor, scale_inv: torch.Tensor, amax: Any, shape: Any, columnwise: bool,
-                           out_dtype: torch.dtype) -> tuple[int, int, torch.Tensor] | None:
-    """``(rows, cols, amax fp32)`` when the kernels take these inputs as the reference reads them, else None."""
-    if len(shape) == 0 or not _on_cuda(data, scale_inv) or out_dtype not in _SUFFIX:
-        return None
-    m, k = _rows_cols(tuple(int(d) for d in shape))
-    rows, cols = (k, m) if columnwise else (m, k)
-    if (cols % 16 != 0 or data.dtype != torch.uint8 or tuple(data.shape) != (rows, cols // 2) or rows * cols == 0
-            or scale_inv.dtype != torch.uint8 or scale_inv.dim() != 2 or scale_inv.stride(1) != 1
-            or scale_inv.shape[0] < rows or scale_inv.shape[1] < cols // 16 or (columnwise and rows % 16 != 0)):
-        return None
-    a = torch.as_tensor(amax, dtype=torch.float32, device=data.device).reshape(-1).contiguous()
-    if a.numel() not in (1, rows):
-        return None
-    return rows, cols, a

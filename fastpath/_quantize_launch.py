@@ -1,0 +1,55 @@
+"""What every quantization kernel family of the fast path launches with: input checks, grid shapes, a launch."""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any
+
+import torch
+
+from ._cuda import get_kernel, launch
+
+_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_THREADS = 256
+
+
+def _on_cuda(*tensors: torch.Tensor | None) -> bool:
+    """Every given tensor lives on one CUDA device."""
+    present = [t for t in tensors if t is not None]
+    return all(t.is_cuda and t.device == present[0].device for t in present)
+
+
+def _fast_input(x: torch.Tensor) -> bool:
+    return isinstance(x, torch.Tensor) and _on_cuda(x) and x.dtype in _SUFFIX and x.numel() > 0
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def _grid(work_items: int, device: torch.device, *, block: int = _THREADS) -> tuple[int]:
+    """Enough blocks for ``work_items`` (one per thread), capped at 16 blocks per SM (kernels grid-stride)."""
+    return (max(1, min(-(-work_items // block), 16 * _sm_count(device.index or 0))),)
+
+
+def _aligned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` contiguous with a 16-byte aligned start (a copy only when needed), for vector loads."""
+    t = t.contiguous()
+    return t if t.data_ptr() % 16 == 0 else t.clone()
+
+
+def _rows_cols(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
+    """``(M, K)``: the product of the leading dims and the last dim (1 for a 0-dim shape)."""
+    k = shape[-1] if len(shape) > 0 else 1
+    return math.prod(shape[:-1]), k
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _run(filename: str, name: str, grid: tuple[int, ...], block: int | tuple[int, ...], args: tuple[Any, ...],
+         device: torch.device) -> None:
+    launch(get_kernel(filename, name), grid, block if isinstance(block, tuple) else (block,), args, device=device)

@@ -32,25 +32,11 @@ typedef unsigned int u32;
 typedef long long i64;
 
 #include "ieee_f32.cuh"
+#include "fp8_elements.cuh"
 
 // ------------------------------------------------------------------ element helpers
-template <typename T> __device__ __forceinline__ float bits16_to_f32(u32 b);
-template <> __device__ __forceinline__ float bits16_to_f32<__half>(u32 b) {
-    return __half2float(__ushort_as_half((unsigned short)b));
-}
-template <> __device__ __forceinline__ float bits16_to_f32<__nv_bfloat16>(u32 b) {
-    return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
-}
-template <typename T> __device__ __forceinline__ u32 f32_to_bits16(float v);
-template <> __device__ __forceinline__ u32 f32_to_bits16<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
-template <> __device__ __forceinline__ u32 f32_to_bits16<__nv_bfloat16>(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
-
 // Element j of T values packed little-endian in 32-bit words, exactly as fp32.
 // (bf16: the bits moved to the top half, one instruction; fp16: cvt.f32.f16 of either half, one instruction.)
-template <typename T> struct IsBf16 { static constexpr bool value = false; };
-template <> struct IsBf16<__nv_bfloat16> { static constexpr bool value = true; };
 template <typename T>
 __device__ __forceinline__ float word_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
@@ -60,19 +46,6 @@ __device__ __forceinline__ float word_elem(const u32* w, int j) {
     } else {
         const __half2 h = *reinterpret_cast<const __half2*>(&w[j >> 1]);
         return (j & 1) ? __high2float(h) : __low2float(h);
-    }
-}
-
-// 16 bytes of O values (16 / sizeof(O) of them) rounded once from fp32 and stored at a 16-byte aligned address.
-template <typename O>
-__device__ __forceinline__ void store_vec16(O* __restrict__ dst, const float (&f)[16 / sizeof(O)]) {
-    if constexpr (sizeof(O) == 4) {
-        *reinterpret_cast<float4*>(dst) = make_float4(f[0], f[1], f[2], f[3]);
-    } else {
-        u32 w[4];
-#pragma unroll
-        for (int p = 0; p < 4; ++p) w[p] = f32_to_bits16<O>(f[2 * p]) | (f32_to_bits16<O>(f[2 * p + 1]) << 16);
-        *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 

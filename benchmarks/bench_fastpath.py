@@ -1,6 +1,7 @@
 """Benchmark the CuPy fast path on a GPU: kernels vs a device-to-device copy, a pipeline, host overhead.
 
     python benchmarks/bench_fastpath.py [--out benchmarks/results] [--quick] [--parts kernels,pipeline,host]
+                                        [--cases SUBSTRING ...]
 
 (a) a device-to-device copy of a 16384 x 8192 bf16 tensor (bandwidth = 2 x bytes /
     median time), then every quantize/dequantize method of the fastpath backend
@@ -50,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small shapes, for a smoke test")
     parser.add_argument("--parts", default="kernels,pipeline,host",
                         help="comma-separated subset of: kernels, pipeline, host")
+    parser.add_argument("--cases", nargs="+", default=None, metavar="SUBSTRING",
+                        help="measure only the kernel cases whose name contains one of these (the copy always)")
     return parser.parse_args(argv)
 
 
@@ -98,6 +101,8 @@ def main(argv=None) -> int:
         copy = measure_copy(x)
         log(f"  copy: {copy.ms:.3f} ms, {copy.gbps:.0f} GB/s")
         cases = kernel_cases(backend, x, UNARY_ACTIVATIONS + GATED_ACTIVATIONS, ACTIVATION_PARAMS)
+        if args.cases:
+            cases = [c for c in cases if any(part in c.name for part in args.cases)]
         results = run_cases(backend, cases, log)
         data["copy"] = {"ms": copy.ms, "gbps": copy.gbps, "bytes": copy.bytes, "reps": copy.reps}
         data["kernels"] = [r.as_dict(copy.gbps) for r in results]

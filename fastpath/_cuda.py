@@ -10,6 +10,7 @@ a tensor as a CuPy array costs tens of microseconds), scalars as NumPy scalars.
 from __future__ import annotations
 
 import functools
+import os
 import pathlib
 import re
 from typing import Any, Optional, Sequence
@@ -24,6 +25,9 @@ __all__ = ["KERNEL_DIR", "COMPILE_OPTIONS", "get_kernel", "launch", "ptr", "i32"
 KERNEL_DIR = pathlib.Path(__file__).resolve().parent / "kernels"
 #: NVRTC options: C++17, no FMA contraction (results must match the reference's op order), no fast math.
 COMPILE_OPTIONS = ("-std=c++17", "--fmad=false", "--ftz=false", "--prec-div=true", "--prec-sqrt=true")
+#: ``FASTPATH_LINEINFO=1`` adds source line information for profilers (Nsight Compute's source view); the code
+#: generated is the same.
+_PROFILE_OPTIONS = ("-lineinfo",) if os.environ.get("FASTPATH_LINEINFO") == "1" else ()
 
 
 _LOCAL_INCLUDE = re.compile(r'^#include "([A-Za-z0-9_]+\.cuh)"[ \t]*$', re.MULTILINE)
@@ -45,7 +49,7 @@ def kernel_source(filename: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _module(filename: str, device_index: int) -> Any:
-    return compile_module(kernel_source(filename), COMPILE_OPTIONS, device_index, filename=filename)
+    return compile_module(kernel_source(filename), COMPILE_OPTIONS + _PROFILE_OPTIONS, device_index, filename=filename)
 
 
 def get_kernel(filename: str, name: str, device_index: Optional[int] = None) -> Any:

@@ -1,0 +1,45 @@
+"""Run chosen benchmark kernel cases once each, for a profiler (Nsight Compute) to capture their kernels.
+
+    FASTPATH_LINEINFO=1 ncu --section ... python benchmarks/profile_cases.py "nvfp4 col -> bf16" "LayerNorm backward"
+
+Case names are those of ``bench_fastpath.py``'s kernel table (substrings match); the tensor is the same
+16384 x 8192 bf16 shape. Needs a GPU with CuPy.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+
+import fastpath  # noqa: E402
+from _kernel_cases import kernel_cases  # noqa: E402
+from bench_fastpath import ACTIVATION_PARAMS, FULL  # noqa: E402
+
+
+def main(wanted: list[str]) -> int:
+    reason = fastpath.unavailable_reason()
+    if reason:
+        print(f"profile_cases.py needs a GPU with CuPy: {reason}")
+        return 1
+    from fastpath.elementwise import GATED_ACTIVATIONS, UNARY_ACTIVATIONS
+    from refops.kernels import get_backend, register_backend
+
+    register_backend("fastpath", fastpath.make_backend)
+    backend = get_backend("fastpath")
+    x = torch.randn(*FULL["kernel_shape"], dtype=torch.bfloat16, device="cuda")
+    cases = kernel_cases(backend, x, UNARY_ACTIVATIONS + GATED_ACTIVATIONS, ACTIVATION_PARAMS)
+    for case in cases:
+        if any(w in case.name for w in wanted):
+            getattr(backend, case.method)(*case.args, **case.kwargs)
+            torch.cuda.synchronize()
+            print("ran", case.name, flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

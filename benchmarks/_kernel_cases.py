@@ -46,6 +46,8 @@ class Case:
     method: str
     args: tuple
     kwargs: dict
+    #: what to time instead of the backend method (one kernel of a multi-kernel method), called as the method is
+    fn: Callable[..., Any] | None = None
 
 
 def measure_copy(x: torch.Tensor) -> KernelResult:
@@ -62,13 +64,14 @@ def implementation(backend: Any, method: str) -> str:
 
 
 def measure_case(backend: Any, case: Case) -> KernelResult:
-    fn = getattr(backend, case.method)
+    fn = case.fn or getattr(backend, case.method)
     result = fn(*case.args, **case.kwargs)
     inputs = (case.args, case.kwargs)
     moved = unique_bytes(inputs) + unique_bytes(result, exclude=list(tensors_in(inputs)))
     del result
     ms, reps = median_ms(lambda: fn(*case.args, **case.kwargs))
-    return KernelResult(case.name, case.family, case.method, implementation(backend, case.method), ms, reps, moved)
+    impl = "fastpath" if case.fn is not None else implementation(backend, case.method)
+    return KernelResult(case.name, case.family, case.method, impl, ms, reps, moved)
 
 
 # ------------------------------------------------------------------- cases
@@ -117,7 +120,37 @@ def _quantize_cases(backend: Any, x: torch.Tensor) -> list[Case]:
         Case("nvfp4 4over6 row+col", q, "quantize_nvfp4", (x,),
              dict(rowwise=True, columnwise=True, use_4over6=True, e4m3_max_4over6=256.0)),
     ]
+    if implementation(backend, "quantize_nvfp4") == "fastpath":
+        cases += _nvfp4_pass_cases(x, rand_row, rand_col)
     return cases + _dequantize_cases(backend, x, scale)
+
+
+def _nvfp4_pass_cases(x: torch.Tensor, rand_row: torch.Tensor, rand_col: torch.Tensor) -> list[Case]:
+    """The fast path's two NVFP4 kernels timed apart, as the FP8 current-scaling amax and cast are.
+
+    Pass 1 reads x for the global amax(es) (with the RHT, also the amax of the RHT outputs); pass 2, given
+    them, reads x again and writes both orientations' data and block scales.
+    """
+    from fastpath.quantize_nvfp4 import nvfp4_cast, nvfp4_global_amaxes
+
+    q = "quantize"
+    plain = nvfp4_global_amaxes(x, rowwise=True, columnwise=True, rht=False, sign_mask=True)
+    rht = nvfp4_global_amaxes(x, rowwise=True, columnwise=True, rht=True, sign_mask=True)
+    both = dict(rowwise=True, columnwise=True, two_d=False, rht=False, sign_mask=True, random_rowwise=None,
+                random_columnwise=None, use_4over6=False, e4m3_max=448.0, mse=False)
+    passes = [
+        ("nvfp4 pass 1: amax", nvfp4_global_amaxes, (x,), dict(rowwise=True, columnwise=True, rht=False,
+                                                                 sign_mask=True)),
+        ("nvfp4 pass 1: amax + RHT amax", nvfp4_global_amaxes, (x,), dict(rowwise=True, columnwise=True, rht=True,
+                                                                            sign_mask=True)),
+        ("nvfp4 1x16 row+col (x), pass 2", nvfp4_cast, (x, plain), both),
+        ("nvfp4 16x16 (2D) row+col (w), pass 2", nvfp4_cast, (x, plain), {**both, "two_d": True}),
+        ("nvfp4 row + RHT col (x), pass 2", nvfp4_cast, (x, rht), {**both, "rht": True}),
+        ("nvfp4 SR row + RHT col (dy), pass 2", nvfp4_cast, (x, rht),
+         {**both, "rht": True, "random_rowwise": rand_row, "random_columnwise": rand_col}),
+        ("nvfp4 4over6 row+col, pass 2", nvfp4_cast, (x, plain), {**both, "use_4over6": True, "e4m3_max": 256.0}),
+    ]
+    return [Case(name, q, "quantize_nvfp4", args, kwargs, fn=fn) for name, fn, args, kwargs in passes]
 
 
 def _dequantize_cases(backend: Any, x: torch.Tensor, scale: torch.Tensor) -> list[Case]:

@@ -109,9 +109,22 @@ def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: 
                     random_rowwise: torch.Tensor | None, random_columnwise: torch.Tensor | None, use_4over6: bool,
                     e4m3_max: float, mse: bool) -> tuple[Any, ...]:
     """Validated, aligned ``x`` ``(M, K)``: pass 1 (global amaxes, one streaming read), pass 2 (data and scales)."""
+    amaxes = nvfp4_global_amaxes(x, rowwise=rowwise, columnwise=columnwise, rht=rht, sign_mask=sign_mask)
+    return nvfp4_cast(x, amaxes, rowwise=rowwise, columnwise=columnwise, two_d=two_d, rht=rht, sign_mask=sign_mask,
+                      random_rowwise=random_rowwise, random_columnwise=random_columnwise, use_4over6=use_4over6,
+                      e4m3_max=e4m3_max, mse=mse)
+
+
+def nvfp4_global_amaxes(x: torch.Tensor, *, rowwise: bool, columnwise: bool, rht: bool,
+                        sign_mask: bool) -> torch.Tensor:
+    """Pass 1: ``[row-wise amax, column-wise amax]`` (fp32) of a validated, aligned ``x`` ``(M, K)``; 0 where
+    that orientation is not asked.
+
+    Both are max |x| except that with the column-wise RHT the second is the amax of the bf16 RHT outputs.
+    One streaming read of ``x``; the benchmark times it on its own, as the amax pass of FP8 current scaling.
+    """
     m, k = x.shape
     dev = x.device
-    sfx = _SUFFIX[x.dtype]
     sms = _sm_count(dev.index or 0)
     amaxes = torch.zeros(2, dtype=torch.float32, device=dev)  # one fill for both orientations
     row_amax = amaxes[0:1] if rowwise else None
@@ -122,8 +135,25 @@ def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: 
              (ptr(x), i32(m), i32(k), i32(int(sign_mask)), ptr(row_amax), ptr(col_amax)), dev)
     else:  # both orientations see the same values
         n16 = x.numel() * x.element_size() // 16  # K % 16 == 0: whole 16-byte vectors
-        _run("nvfp4.cu", f"nvfp4_amax_{sfx}", (max(1, min(_ceil_div(n16, 4 * _THREADS), 8 * sms)),), _THREADS,
-             (ptr(x), i64(n16), ptr(row_amax), ptr(col_amax)), dev)
+        _run("nvfp4.cu", f"nvfp4_amax_{_SUFFIX[x.dtype]}", (max(1, min(_ceil_div(n16, 4 * _THREADS), 8 * sms)),),
+             _THREADS, (ptr(x), i64(n16), ptr(row_amax), ptr(col_amax)), dev)
+    return amaxes
+
+
+def nvfp4_cast(x: torch.Tensor, amaxes: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: bool, rht: bool,
+               sign_mask: bool, random_rowwise: torch.Tensor | None, random_columnwise: torch.Tensor | None,
+               use_4over6: bool, e4m3_max: float, mse: bool) -> tuple[Any, ...]:
+    """Pass 2: the data and block scales of each asked orientation, given pass 1's ``amaxes``.
+
+    Returns ``(row_data, row_scale, row_amax, col_data, col_scale, col_amax)`` as ``quantize_nvfp4`` does
+    (``None`` for an orientation not asked; the amaxes are views of ``amaxes``).
+    """
+    m, k = x.shape
+    dev = x.device
+    sfx = _SUFFIX[x.dtype]
+    sms = _sm_count(dev.index or 0)
+    row_amax = amaxes[0:1] if rowwise else None
+    col_amax = amaxes[1:2] if columnwise else None
     u8 = functools.partial(torch.empty, dtype=torch.uint8, device=dev)
     row_data = u8(m, k // 2) if rowwise else None
     col_data = u8(k, m // 2) if columnwise else None

@@ -80,6 +80,8 @@ def main() -> int:
         torch.manual_seed(rows * cols)
         x = (torch.randn(rows, cols, device="cuda") * 3).to(torch.bfloat16)
         for case in kernel_cases(fast, x, ACTIVATIONS, PARAMS):
+            if case.fn is not None:  # one kernel of a method timed alone; the method's own case checks it
+                continue
             got = getattr(fast, case.method)(*case.args, **case.kwargs)
             want = getattr(ref, case.method)(*case.args, **case.kwargs)
             problems += _same(f"{case.name} {rows}x{cols}", case.family, got, want)

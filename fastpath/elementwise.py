@@ -19,7 +19,10 @@ Launch shape: a thread owns one 16-byte column vector (8 fp16/bf16 or 4 fp32
 values) of a row, or one element when the width or the pointers do not allow
 vectors; 256 threads per block arranged ``(tx, ty)`` over (column vectors,
 rows); blocks walk rows with a grid-stride loop. A unary activation without a
-bias is one flat array, so any tensor shape vectorizes.
+bias is one flat array, so any tensor shape vectorizes. The bf16 SiTU-GLU
+forward without a bias, on 16-byte vectors (from ``_SITU_TABLE_MIN_OUTPUTS`` outputs), runs
+``act_fwd_situglu_table_bf16`` instead: 1024-thread blocks, one wave, each
+block filling shared-memory tables of the activation's two factors first.
 """
 
 from __future__ import annotations
@@ -69,6 +72,15 @@ _VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # eleme
 _THREADS = 256
 _MAX_GRID_Y = 65535
 _FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in activation.cu
+#: The bf16 SiTU-GLU forward by table (act_fwd_situglu_table_bf16, see activation.cu): blocks of this many
+#: threads, one wave of them walking the rows, for at least this many outputs (each block first fills its
+#: tables, ~12 K function evaluations; below that the plain kernel is as fast).
+_SITU_TABLE_THREADS = 1024
+_SITU_TABLE_MIN_OUTPUTS = 1 << 20
+#: The table kernel also adds a bias, but bias + SiTU-GLU measured slower with it on the H200 (88 % of the
+#: copy against 94 % for the plain kernel, benchmarks/results/h200-2026-11-30-run8), so only the bias-free
+#: forward takes it (71 % -> 97 %); the tests turn this on to keep the bias path checked.
+_SITU_TABLE_WITH_BIAS = False
 
 
 @functools.lru_cache(maxsize=None)
@@ -195,12 +207,31 @@ def _forward(x: torch.Tensor, bias: Optional[torch.Tensor], activation: str, p: 
     else:
         vec = x.numel() % vw == 0 and _aligned(x)
         rows, n = _flat_shape(x.numel(), vw, vec)
+    if (activation == "situglu" and vec and x.dtype == torch.bfloat16 and rows * n >= _SITU_TABLE_MIN_OUTPUTS
+            and (bias is None or _SITU_TABLE_WITH_BIAS)):
+        name = "act_fwd_situglu_table_bf16"
+        grid, block = _situ_table_blocks(rows, n, x.device)
+        args = (_cuda.ptr(x), _cuda.ptr(bias), _cuda.ptr(pre), _cuda.ptr(y), _cuda.i64(rows), _cuda.i64(n), *p)
+        _cuda.launch(_kernel(activation, name, x.device.index), grid, block, args, device=x.device)
+        return y, pre
     grid, block = _blocks(rows, n, vw if vec else 1, x.device)
     kernel = _kernel(activation, f"act_fwd_{activation}_{_SUFFIX[x.dtype]}", x.device.index)
     args = (_cuda.ptr(x), _cuda.ptr(bias), _cuda.ptr(pre), _cuda.ptr(y), _cuda.i64(rows), _cuda.i64(n),
             _cuda.i32(int(vec)), *p)
     _cuda.launch(kernel, grid, block, args, device=x.device)
     return y, pre
+
+
+def _situ_table_blocks(rows: int, n: int, device: torch.device):
+    """``(grid, block)`` of the SiTU-GLU table kernel: 8-element vectors, _SITU_TABLE_THREADS threads
+    per block, one wave of blocks (each fills its tables once) walking the rows."""
+    vectors = n // 8
+    tx = min(_SITU_TABLE_THREADS, _pow2_at_least(vectors))
+    ty = _SITU_TABLE_THREADS // tx
+    gx = -(-vectors // tx)
+    wave = _wave("situglu", "act_fwd_situglu_table_bf16", device.index, tx * ty, 0)
+    gy = min(-(-rows // ty), max(1, wave // gx), _MAX_GRID_Y)
+    return (gx, gy), (tx, ty)
 
 
 def _backward(dy: torch.Tensor, x: torch.Tensor, activation: str, p: tuple, *,

@@ -11,6 +11,8 @@ quantize_nvfp4                pass 1: ``nvfp4.cu: nvfp4_amax_*`` or, for the col
                               (one kernel per option set: persistent, 64-row x 256-byte tiles
                               through a cp.async double buffer, last tile first)
 dequantize_nvfp4              ``nvfp4_dequantize_rows_*`` / ``nvfp4_dequantize_cols_*``
+                              (column-wise: persistent, 64 k x 128 m tiles, next tile's inputs
+                              prefetched into registers, double-buffered shared tile)
 ===========================  ==============================================================
 
 What runs the reference instead (``super()``), and why: CPU tensors, dtypes other than
@@ -40,7 +42,6 @@ from ._quantize_launch import (
     _aligned,
     _ceil_div,
     _fast_input,
-    _grid,
     _on_cuda,
     _rows_cols,
     _run,
@@ -95,12 +96,17 @@ class Nvfp4Kernels:
         common = (ptr(scale_inv), i32(scale_inv.stride(0)), ptr(a), i32(int(a.numel() == rows and rows > 1)),
                   f32(np.float32(1.0 / (6.0 * e4m3_max))), ptr(out))
         sfx = _SUFFIX[out_dtype]
-        if columnwise:  # tiles of 64 k x 128 m (16-bit outputs) or 64 k x 64 m (fp32)
+        if columnwise:  # tiles of 64 k x 128 m (16-bit outputs) or 64 k x 64 m (fp32), persistent blocks:
+            # as many as stay resident (DEQ_COLS_MINB in nvfp4.cu: 5 per SM for 16-bit outputs, 6 for fp32)
             tiles = _ceil_div(rows, 64) * _ceil_div(cols, 128 if out.element_size() == 2 else 64)
-            _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (tiles,), _THREADS,
-                 (ptr(q), i32(rows), i32(cols), *common), dev)
-        else:
-            _run("nvfp4.cu", f"nvfp4_dequantize_rows_{sfx}", _grid(rows * cols // 16, dev), _THREADS,
+            per_sm = 5 if out.element_size() == 2 else 6
+            _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (min(tiles, per_sm * _sm_count(dev.index or 0)),),
+                 _THREADS, (ptr(q), i32(rows), i32(cols), *common), dev)
+        else:  # grid-stride over 16-blocks (fp32) or 32-block chunks: one wave of resident blocks
+            # (DEQ_ROWS_MINB in nvfp4.cu: 6 per SM for 16-bit outputs, 8 for fp32), no partial last wave
+            per_sm = 6 if out.element_size() == 2 else 8
+            blocks = min(_ceil_div(rows * cols // 16, _THREADS), per_sm * _sm_count(dev.index or 0))
+            _run("nvfp4.cu", f"nvfp4_dequantize_rows_{sfx}", (blocks,), _THREADS,
                  (ptr(q), i64(rows), i64(cols), *common), dev)
         return out
 

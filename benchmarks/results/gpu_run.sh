@@ -1,7 +1,7 @@
 #!/bin/bash
 # One GPU verification run (device machine, from a copy of the working tree): the fast-path differential
 # suite, the reference suite on CUDA, memcheck + racecheck over every kernel, the full benchmark.
-# Usage: [MEMCHECK_SHARDS=6] [BENCH_ARGS="--parts kernels"] bash benchmarks/results/gpu_run.sh OUTDIR
+# Usage: [MEMCHECK_SHARDS=6 [MEMCHECK_S=360]] [BENCH_ARGS="--parts kernels"] bash benchmarks/results/gpu_run.sh OUTDIR
 #   MEMCHECK_SHARDS=n: the fast-path suite runs as n shards (REFOPS_TEST_SHARD), each under its own
 #   compute-sanitizer memcheck (xdist workers crash the sanitizer), beside the reference suite; without it the
 #   fast-path suite runs plainly under xdist. OUTDIR gets at most 8 files.
@@ -15,6 +15,9 @@ F=tests/fastpath
 # The smoke script calls every kernel once on three shapes and checks it against the reference: it also
 # fills the compile cache, so the sanitizer runs below do not compile.
 step smoke timeout 120 python3 $F/sanitizer_smoke.py > $OUT/sanitizers.log 2>&1
+# The benchmark next, on an otherwise idle GPU.
+step bench timeout 240 python3 benchmarks/bench_fastpath.py --out /tmp/bench $BENCH_ARGS > $OUT/bench.log 2>&1
+tar czf $OUT/bench.tgz -C /tmp/bench .
 step memcheck timeout 90 compute-sanitizer --tool memcheck --error-exitcode 9 python3 $F/sanitizer_smoke.py \
     >> $OUT/sanitizers.log 2>&1
 step racecheck timeout 120 compute-sanitizer --tool racecheck --error-exitcode 9 python3 $F/sanitizer_smoke.py \
@@ -26,7 +29,7 @@ if [ -n "$MEMCHECK_SHARDS" ]; then
     REF=$!
     PIDS=()
     for ((i = 0; i < MEMCHECK_SHARDS; i++)); do
-        REFOPS_TEST_SHARD=$i/$MEMCHECK_SHARDS timeout -s INT -k 30 360 compute-sanitizer --tool memcheck \
+        REFOPS_TEST_SHARD=$i/$MEMCHECK_SHARDS timeout -s INT -k 30 ${MEMCHECK_S:-360} compute-sanitizer --tool memcheck \
             --error-exitcode 9 python3 -m pytest $F -q -p no:xdist -p no:cacheprovider --tb=short \
             --ignore=$F/test_compile.py > /tmp/memcheck_$i.log 2>&1 &
         PIDS+=($!)
@@ -46,6 +49,4 @@ else
     step refops-cuda timeout 100 python3 -m pytest tests/refops --device cuda -q -n 8 -p no:cacheprovider \
         --tb=short > $OUT/refops_cuda_tests.log 2>&1
 fi
-step bench timeout 240 python3 benchmarks/bench_fastpath.py --out /tmp/bench $BENCH_ARGS > $OUT/bench.log 2>&1
-tar czf $OUT/bench.tgz -C /tmp/bench .
 grep -E "SUMMARY|checked" $OUT/sanitizers.log; cat $OUT/times.txt

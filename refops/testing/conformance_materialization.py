@@ -40,9 +40,9 @@ __all__ = [
 def zero_allocation_on_meta(s: Subject) -> str:
     """Built on ``meta``, every parameter and buffer is a meta tensor and no device memory is allocated."""
     cuda = s.device.type == "cuda"
-    before = torch.cuda.memory_allocated(s.device) if cuda else 0
+    before = _bytes_ever_allocated(s.device) if cuda else 0
     module = s.meta()
-    allocated = torch.cuda.memory_allocated(s.device) - before if cuda else 0
+    allocated = _bytes_ever_allocated(s.device) - before if cuda else 0
     params, buffers = dict(module.named_parameters()), dict(module.named_buffers())
     if not params and not buffers:
         raise NotApplicable("the module has no parameters or buffers")
@@ -52,8 +52,17 @@ def zero_allocation_on_meta(s: Subject) -> str:
         problems.append(f"construction allocated {allocated} bytes on {s.device}")
     if problems:
         raise Violation("; ".join(problems))
-    memory = f"; memory_allocated({s.device}) unchanged" if cuda else ""
+    memory = f"; no bytes allocated on {s.device} meanwhile" if cuda else ""
     return f"all {plural(len(params), 'parameter')} and {plural(len(buffers), 'buffer')} are meta{memory}"
+
+
+def _bytes_ever_allocated(device: torch.device) -> int:
+    """The caching allocator's running total of bytes allocated on ``device``: frees never lower it.
+
+    Not ``memory_allocated``, the bytes live now: a garbage collection that frees an earlier test's
+    tensors during construction would lower that and hide (or, as a negative count, fake) an allocation.
+    """
+    return int(torch.cuda.memory_stats(device).get("allocated_bytes.all.allocated", 0))
 
 
 def _eager_values(s: Subject, path: str) -> str:

@@ -178,6 +178,76 @@ def test_empty_tensors(dtype, cuda, reference_backend, fastpath_backend):
     assert_bits_equal(db, db_ref, "dbias of an empty tensor")
 
 
+# ------------------------------------------------------------ SiTU-GLU by table
+#: SiTU-GLU parameters for the table kernel: the tests' inexact reciprocals and the benchmark's.
+SITU_PARAMS = [{"beta1": 3.0, "beta2": 0.7}, {"beta1": 4.0, "beta2": 25.0}]
+
+
+@pytest.fixture
+def situ_table_always(monkeypatch):
+    """Every vectorizable bf16 SiTU-GLU forward takes act_fwd_situglu_table_bf16 (normally from 2^20 outputs)."""
+    import fastpath.elementwise as elementwise
+
+    monkeypatch.setattr(elementwise, "_SITU_TABLE_MIN_OUTPUTS", 0)
+    monkeypatch.setattr(elementwise, "_SITU_TABLE_WITH_BIAS", True)
+    launched = []
+    kernel = elementwise._kernel
+    monkeypatch.setattr(elementwise, "_kernel", lambda group, name, index: launched.append(name) or
+                        kernel(group, name, index))
+    return launched
+
+
+def every_bf16_pair() -> torch.Tensor:
+    """(8192, 16) bf16: the gate half holds every one of the 65536 bit patterns once, the linear half too
+    (rotated, so each gate value meets a different linear value)."""
+    bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+    a = bits.reshape(8192, 8)
+    b = bits.roll(12345).reshape(8192, 8)
+    return torch.cat([a, b], dim=-1)
+
+
+@pytest.mark.parametrize("params", SITU_PARAMS, ids=lambda p: f"b{p['beta1']}-{p['beta2']}")
+@pytest.mark.parametrize("with_bias", [False, True], ids=["x", "x+bias"])
+def test_situglu_table_kernel_on_every_bf16_input(with_bias, params, situ_table_always, cuda, reference_backend,
+                                                  fastpath_backend):
+    """Every bf16 gate input and every linear input (NaN, inf, subnormals, the table's edges) bit for bit."""
+    x = every_bf16_pair().to(cuda)
+    if with_bias:
+        bias = make_input((16,), torch.bfloat16, cuda, scale=0.5, seed=7)
+        (y, pre), (y_ref, pre_ref) = run_both(reference_backend, fastpath_backend, "bias_activation_forward", x,
+                                              bias, "situglu", **params)
+        assert_bits_equal(pre, pre_ref, "situglu table x + bias")
+    else:
+        y, y_ref = run_both(reference_backend, fastpath_backend, "activation_forward", x, "situglu", **params)
+    assert_bits_equal(y, y_ref, f"situglu table forward, bias={with_bias}, {params}")
+    assert "act_fwd_situglu_table_bf16" in situ_table_always
+
+
+@pytest.mark.parametrize("shape", [(1, 16), (7, 32), (3, 5, 48), (33, 1024), (2, 1, 4096), (257, 16)], ids=_ids)
+def test_situglu_table_kernel_on_random_shapes(shape, situ_table_always, cuda, reference_backend, fastpath_backend):
+    x = make_input(shape, torch.bfloat16, cuda, scale=20.0)
+    y, y_ref = run_both(reference_backend, fastpath_backend, "activation_forward", x, "situglu",
+                        **PARAMS["situglu"])
+    assert_bits_equal(y, y_ref, f"situglu table forward {shape}", {"x": x})
+    assert "act_fwd_situglu_table_bf16" in situ_table_always
+
+
+def test_situglu_table_kernel_is_what_large_bf16_inputs_take(cuda, fastpath_backend, monkeypatch):
+    import fastpath.elementwise as elementwise
+
+    launched = []
+    kernel = elementwise._kernel
+    monkeypatch.setattr(elementwise, "_kernel", lambda group, name, index: launched.append(name) or
+                        kernel(group, name, index))
+    x = make_input((1024, 2048), torch.bfloat16, cuda)  # 2^20 outputs
+    with refops.use_backend(fastpath_backend) as fast:
+        fast.activation_forward(x[:, :1024].contiguous(), "situglu", **PARAMS["situglu"])  # 2^19 outputs
+        fast.activation_forward(x, "situglu", **PARAMS["situglu"])
+        fast.bias_activation_forward(x, torch.zeros(2048, dtype=x.dtype, device=cuda), "situglu",
+                                     **PARAMS["situglu"])  # with a bias: the plain kernel
+    assert launched == ["act_fwd_situglu_bf16", "act_fwd_situglu_table_bf16", "act_fwd_situglu_bf16"]
+
+
 # ------------------------------------------------------------ bias + activation
 @pytest.mark.parametrize("shape", [(1, 64), (7, 18), (3, 5, 40), (33, 1000), (2, 4096)], ids=_ids)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -38,12 +38,13 @@ typedef long long i64;
 
 #include "ieee_f32.cuh"
 #include "fp8_elements.cuh"
+#include "fp8_tile128.cuh"
 
-// ------------------------------------------------------------------ element helpers
-// 16-bit element bits <-> fp32 (exact widening; narrowing is one RNE step, like torch's .to()).
-// Element j of T values packed little-endian in 32-bit words, exactly as fp32.
+// Element j of T values packed little-endian in 32-bit words, exactly as fp32, through bits16_to_f32: the same
+// values as fp8_elements.cuh's word_elem, kept in this form for the flat amax and cast kernels, whose code it
+// is as measured and checked on the GPU (word_elem's instruction selection would change their PTX).
 template <typename T>
-__device__ __forceinline__ float word_elem(const u32* w, int j) {
+__device__ __forceinline__ float flat_elem(const u32* w, int j) {
     if constexpr (sizeof(T) == 4) {
         return __uint_as_float(w[j]);
     } else {
@@ -56,18 +57,6 @@ __device__ __forceinline__ void load16(const void* p, u32 (&w)[4]) {
     const uint4 a = *reinterpret_cast<const uint4*>(p);
     w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w;
 }
-
-__device__ __forceinline__ u32 cast_fp8(float v, int e5m2) {
-    return (u32)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
-}
-
-__device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, e5m2 ? __NV_E5M2 : __NV_E4M3);
-    return __half2float(__half(h));
-}
-
-// The reference's RN(1/s): a double reciprocal rounded once to fp32.
-__device__ __forceinline__ float reciprocal_rn(float s) { return f64_to_f32_rn(__drcp_rn(f32_to_f64(s))); }
 
 // Max over the block (blockDim.x a multiple of 32, at most 1024); the result is valid in thread 0.
 __device__ __forceinline__ float block_max(float m) {
@@ -136,7 +125,7 @@ __device__ void amax_impl(const T* __restrict__ x, i64 n, int vec_ok, float* out
         for (int u = 0; u < AMAX_UNROLL; ++u) {
             if (ok[u]) {
 #pragma unroll
-                for (int j = 0; j < E; ++j) m[u] = f32_max(m[u], f32_abs(word_elem<T>(w[u], j)));
+                for (int j = 0; j < E; ++j) m[u] = f32_max(m[u], f32_abs(flat_elem<T>(w[u], j)));
             }
         }
     }
@@ -184,7 +173,7 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
             u32 packed[2] = {0u, 0u};
 #pragma unroll
             for (int j = 0; j < E; ++j) {
-                const float v = word_elem<T>(w[u], j);
+                const float v = flat_elem<T>(w[u], j);
                 m = f32_max(m, f32_abs(v));
                 packed[j >> 2] |= cast_fp8(f32_mul(v, s), e5m2) << (8 * (j & 3));
             }
@@ -212,104 +201,11 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
 // (W = 2*sizeof(T) words of raw input per row). Blocks are persistent: block b takes tiles b, b + grid,
 // ... and loads the next one into registers before casting the current one, so its loads are in flight
 // all the time; the launcher sizes the grid to the blocks that fit at once and spreads the tiles evenly.
-// The transposed bytes go through shared memory: word tile[c][r4] holds rows 4*r4..4*r4+3 of column c;
-// rows are padded to 33 words and the word index is XOR-swizzled so both the writes and the 16-byte
-// read-out are free of bank conflicts. Two tile buffers alternate, so one barrier per tile suffices.
+// The transposed bytes go through shared memory (the layout and the tile loads and stores, shared with
+// fp8_block.cu, are in fp8_tile128.cuh). Two tile buffers alternate, so one barrier per tile suffices.
 // A thread's 4x8 bytes are cast as row words (cast_fp8x4) and turned into its 8 column words by a 4x4 byte
 // transpose per half (__byte_perm); full tiles store the row words without bounds checks; the tile
 // coordinates move on incrementally (no division per tile).
-#define TILE 128
-#define TILE_THREADS 512
-
-__device__ __forceinline__ int swizzle(int c, int r4) { return r4 ^ ((c >> 3) << 1); }
-
-template <typename T>
-__device__ __forceinline__ void load_tile(const T* __restrict__ x, int M, int K, int m0, int k0, int vec_ok,
-                                          u32 (&raw)[4][2 * sizeof(T)]) {
-    constexpr int W = 2 * sizeof(T);
-    const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
-    const int k = k0 + 8 * cg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int m = m0 + 4 * rg + i;
-        if (m < M && vec_ok && k + 8 <= K) {
-            const uint4* p = reinterpret_cast<const uint4*>(x + (i64)m * K + k);
-#pragma unroll
-            for (int h = 0; h < W / 4; ++h) {
-                const uint4 a = p[h];
-                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
-            }
-        } else {
-#pragma unroll
-            for (int w = 0; w < W; ++w) raw[i][w] = 0u;  // +0.0: changes no amax, never stored
-            if (m < M) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    if (k + j < K) set_elem_bits<T>(raw[i], j, elem_bits(x, (i64)m * K + k + j));
-            }
-        }
-    }
-}
-
-// 8 bytes of one row, packed little-endian in two words.
-__device__ __forceinline__ void store_row_words(u8* __restrict__ out, int M, int K, int m, int k, int vec_ok,
-                                                u32 w0, u32 w1) {
-    if (m >= M) return;
-    u8* dst = out + (i64)m * K + k;
-    if (vec_ok && k + 8 <= K) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(w0, w1);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if (k + j < K) dst[j] = (u8)((j < 4 ? w0 : w1) >> (8 * (j & 3)));
-    }
-}
-
-// Write the transposed tile (column k of x becomes row k of the (K, M) output).
-__device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0,
-                                                 int k0, int vec_ok) {
-#pragma unroll
-    for (int it = 0; it < 2; ++it) {
-        const int idx = threadIdx.x + TILE_THREADS * it;
-        const int c = idx >> 3, seg = idx & 7;
-        const int k = k0 + c;
-        if (k >= K) continue;
-        uint4 w;
-        w.x = tile[c][swizzle(c, 4 * seg + 0)];
-        w.y = tile[c][swizzle(c, 4 * seg + 1)];
-        w.z = tile[c][swizzle(c, 4 * seg + 2)];
-        w.w = tile[c][swizzle(c, 4 * seg + 3)];
-        const int m = m0 + 16 * seg;
-        u8* dst = out + (i64)k * M + m;
-        if (vec_ok && m + 16 <= M) {
-            *reinterpret_cast<uint4*>(dst) = w;
-        } else {
-            const u32 words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int b = 0; b < 16; ++b)
-                if (m + b < M) dst[b] = (u8)(words[b >> 2] >> (8 * (b & 3)));
-        }
-    }
-}
-
-// Q_F of four values packed little-endian (a in the lowest byte): two cvt.rn.satfinite.e{4m3,5m2}x2.f32,
-// each lane the very conversion __nv_cvt_float_to_fp8(.., __NV_SATFINITE, F) performs on sm_89+ (cast_fp8).
-template <bool E5M2>
-__device__ __forceinline__ u32 cast_fp8x4(float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    u32 r;
-    if (E5M2)
-        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, %2, %1; cvt.rn.satfinite.e5m2x2.f32 hi, %4, %3;"
-            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
-    else
-        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
-            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
-    return r;
-#else
-    const int e5m2 = E5M2 ? 1 : 0;
-    return cast_fp8(a, e5m2) | (cast_fp8(b, e5m2) << 8) | (cast_fp8(c, e5m2) << 16) | (cast_fp8(d, e5m2) << 24);
-#endif
-}
 
 // The 8 elements of one row of a thread's tile part (raw words as loaded), exactly as fp32; the pointer
 // argument only selects the input type.

@@ -37,73 +37,7 @@ typedef long long i64;
 
 #include "ieee_f32.cuh"
 #include "fp8_elements.cuh"
-
-// ------------------------------------------------------------------ element helpers
-// Element j of T values packed little-endian in 32-bit words, exactly as fp32.
-// (bf16: the bits moved to the top half, one instruction; fp16: cvt.f32.f16 of either half, one instruction.)
-template <typename T>
-__device__ __forceinline__ float word_elem(const u32* w, int j) {
-    if constexpr (sizeof(T) == 4) {
-        return __uint_as_float(w[j]);
-    } else if constexpr (IsBf16<T>::value) {
-        return __uint_as_float((j & 1) ? (w[j >> 1] & 0xFFFF0000u) : (w[j >> 1] << 16));
-    } else {
-        const __half2 h = *reinterpret_cast<const __half2*>(&w[j >> 1]);
-        return (j & 1) ? __high2float(h) : __low2float(h);
-    }
-}
-
-__device__ __forceinline__ u32 cast_fp8(float v, int e5m2) {
-    return (u32)__nv_cvt_float_to_fp8(v, __NV_SATFINITE, e5m2 ? __NV_E5M2 : __NV_E4M3);
-}
-
-// Q_F of two values in one instruction (cvt.rn.satfinite.e{4m3,5m2}x2.f32, the same per-value rounding as
-// cast_fp8): lo in bits 0..7, hi in bits 8..15; bits 16..31 are unspecified (pack with pack2 only).
-template <bool E5M2>
-__device__ __forceinline__ u32 cast_fp8x2(float lo, float hi) {
-    return (u32)__nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, E5M2 ? __NV_E5M2 : __NV_E4M3);
-}
-// Bytes 0..1 of a, then bytes 0..1 of b (one PRMT).
-__device__ __forceinline__ u32 pack2(u32 a, u32 b) { return __byte_perm(a, b, 0x5410); }
-
-// Q_F(a), Q_F(b), Q_F(c), Q_F(d) packed little-endian: two cvt.rn.satfinite.*x2.f32 and one mov.b32 {lo, hi}.
-template <bool E5M2>
-__device__ __forceinline__ u32 cast_fp8x4(float a, float b, float c, float d) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-    u32 r;
-    if constexpr (E5M2) {
-        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e5m2x2.f32 lo, %2, %1; cvt.rn.satfinite.e5m2x2.f32 hi, %4, %3;"
-            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
-    } else {
-        asm("{ .reg .b16 lo, hi; cvt.rn.satfinite.e4m3x2.f32 lo, %2, %1; cvt.rn.satfinite.e4m3x2.f32 hi, %4, %3;"
-            " mov.b32 %0, {lo, hi}; }" : "=r"(r) : "f"(a), "f"(b), "f"(c), "f"(d));
-    }
-    return r;
-#else
-    return pack2(cast_fp8x2<E5M2>(a, b), cast_fp8x2<E5M2>(c, d));
-#endif
-}
-
-__device__ __forceinline__ float fp8_to_f32(u32 q, int e5m2) {
-    const __half_raw h = __nv_cvt_fp8_to_halfraw((__nv_fp8_storage_t)q, e5m2 ? __NV_E5M2 : __NV_E4M3);
-    return __half2float(__half(h));
-}
-
-// The words are left unchanged, but the compiler must assume they changed: values converted from them are
-// recomputed after this point instead of being held in registers across barriers (register pressure).
-template <int N>
-__device__ __forceinline__ void reload(u32 (&w)[N]) {
-#ifdef __CUDA_ARCH__
-#pragma unroll
-    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(w[i]));
-#endif
-}
-
-// Classification by bits (no dependence on <cmath> under NVRTC).
-__device__ __forceinline__ bool is_nan(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) > 0x7F800000u; }
-__device__ __forceinline__ bool is_inf(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) == 0x7F800000u; }
-
-__device__ __forceinline__ float reciprocal_rn(float s) { return f64_to_f32_rn(__drcp_rn(f32_to_f64(s))); }
+#include "fp8_tile128.cuh"
 
 // compute_scale_from_amax, step by step as the reference's torch ops do it.
 __device__ __forceinline__ float scale_from_amax(float a, float fmax, int pow2, float eps, float value_for_inf) {
@@ -116,81 +50,7 @@ __device__ __forceinline__ float scale_from_amax(float a, float fmax, int pow2, 
 }
 
 // ------------------------------------------------------------------ quantize
-#define TILE 128
-#define TILE_THREADS 512
 #define WARPS (TILE_THREADS / 32)
-
-__device__ __forceinline__ int swizzle(int c, int r4) { return r4 ^ ((c >> 3) << 1); }
-
-// Raw input of one thread's 4 rows x 8 columns (W = 2*sizeof(T) words per row); zeros out of bounds.
-template <typename T>
-__device__ __forceinline__ void load_tile(const T* __restrict__ x, int M, int K, int m0, int k0, int vec_ok,
-                                          u32 (&raw)[4][2 * sizeof(T)]) {
-    constexpr int W = 2 * sizeof(T);
-    const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
-    const int k = k0 + 8 * cg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int m = m0 + 4 * rg + i;
-        if (m < M && vec_ok && k + 8 <= K) {
-            const uint4* p = reinterpret_cast<const uint4*>(x + (i64)m * K + k);
-#pragma unroll
-            for (int h = 0; h < W / 4; ++h) {
-                const uint4 a = p[h];
-                raw[i][4 * h] = a.x; raw[i][4 * h + 1] = a.y; raw[i][4 * h + 2] = a.z; raw[i][4 * h + 3] = a.w;
-            }
-        } else {
-#pragma unroll
-            for (int w = 0; w < W; ++w) raw[i][w] = 0u;  // +0.0: changes no amax, never stored
-            if (m < M) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j)
-                    if (k + j < K) set_elem_bits<T>(raw[i], j, elem_bits(x, (i64)m * K + k + j));
-            }
-        }
-    }
-}
-
-// 8 bytes of one row, packed little-endian in two words.
-__device__ __forceinline__ void store_row_words(u8* __restrict__ out, int M, int K, int m, int k, int vec_ok,
-                                                u32 w0, u32 w1) {
-    if (m >= M) return;
-    u8* dst = out + (i64)m * K + k;
-    if (vec_ok && k + 8 <= K) {
-        *reinterpret_cast<uint2*>(dst) = make_uint2(w0, w1);
-    } else {
-#pragma unroll
-        for (int j = 0; j < 8; ++j)
-            if (k + j < K) dst[j] = (u8)((j < 4 ? w0 : w1) >> (8 * (j & 3)));
-    }
-}
-
-// Write the transposed tile (column k of x becomes row k of the (K, M) output).
-__device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0,
-                                                 int k0, int vec_ok) {
-#pragma unroll
-    for (int it = 0; it < 2; ++it) {
-        const int idx = threadIdx.x + TILE_THREADS * it;
-        const int c = idx >> 3, seg = idx & 7;
-        const int k = k0 + c;
-        if (k >= K) continue;
-        uint4 w;
-        w.x = tile[c][swizzle(c, 4 * seg + 0)];
-        w.y = tile[c][swizzle(c, 4 * seg + 1)];
-        w.z = tile[c][swizzle(c, 4 * seg + 2)];
-        w.w = tile[c][swizzle(c, 4 * seg + 3)];
-        const int m = m0 + 16 * seg;
-        u8* dst = out + (i64)k * M + m;
-        if (vec_ok && m + 16 <= M) {
-            *reinterpret_cast<uint4*>(dst) = w;
-        } else {
-            const u32 words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int b = 0; b < 16; ++b)
-                if (m + b < M) dst[b] = (u8)(words[b >> 2] >> (8 * (b & 3)));
-        }
-    }
-}
 
 // 4x4 byte transpose: byte i of c[j] = byte j of r[i] (two PRMT stages).
 __device__ __forceinline__ void transpose4x4(u32 r0, u32 r1, u32 r2, u32 r3, u32* c) {

@@ -86,7 +86,7 @@ _SITU_TABLE_WITH_BIAS = False
 @functools.lru_cache(maxsize=None)
 def _group_module(group: str, device_index: int) -> Any:
     """activation.cu compiled with only ``group``'s kernels (see ACTIVATION_COMPILE_OPTIONS)."""
-    source = (_cuda.KERNEL_DIR / KERNEL_FILE).read_text()
+    source = _cuda.kernel_source(KERNEL_FILE)  # its shared headers inlined
     header = f"#define ACTIVATION_GROUP {ACTIVATION_GROUPS[group]}\n"
     return _compile.compile_module(header + source, ACTIVATION_COMPILE_OPTIONS, device_index, filename=KERNEL_FILE)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -76,14 +77,19 @@ HEADER_USERS = [p for p in FILES if '#include "' in p.read_text()]
 
 
 def test_shared_headers_are_inlined_for_nvrtc():
-    """The quantization kernels share ieee_f32.cuh; the source handed to NVRTC has it inlined."""
+    """Kernel files share headers (ieee_f32.cuh, fp8_elements.cuh, vector_io.cuh, ...); the source handed to
+    NVRTC has each of them inlined."""
     from fastpath._cuda import kernel_source
 
-    assert {"cast_fp8.cu", "fp8_block.cu", "mxfp8.cu", "nvfp4.cu"} <= {p.name for p in HEADER_USERS}
+    assert {"cast_fp8.cu", "fp8_block.cu", "mxfp8.cu", "nvfp4.cu", "activation.cu", "norm.cu"} <= {
+        p.name for p in HEADER_USERS}
     for path in HEADER_USERS:
         source = kernel_source(path.name)
         assert '#include "' not in source, f"{path.name}: a local include is left for NVRTC"
-        assert "F32_BINARY(f32_mul," in source, f"{path.name}: ieee_f32.cuh was not inlined"
+        for header in re.findall(r'^#include "(\w+\.cuh)"', path.read_text(), re.MULTILINE):
+            code = [line for line in (path.parent / header).read_text().splitlines()
+                    if line.strip() and not line.startswith("//") and line.strip() != "#pragma once"]
+            assert all(line in source for line in code), f"{path.name}: {header} was not inlined"
 
 
 @pytest.mark.parametrize("path", HEADER_USERS, ids=[p.name for p in HEADER_USERS])

@@ -432,6 +432,8 @@ def test_activation_kernels_are_compiled_without_flushing_subnormals(monkeypatch
     assert calls["loaded"] == b"compiled:" + calls["source"].encode()
     assert calls["device"] == 3 and calls["filename"] == "activation.cu"
     assert calls["source"].startswith(f"#define ACTIVATION_GROUP {ACTIVATION_GROUPS['swiglu']}\n")
+    assert '#include "' not in calls["source"], "NVRTC has no include path to fastpath/kernels: inline the headers"
+    assert "struct Io16x8" in calls["source"]  # from vector_io.cuh
     options = calls["options"]
     assert "--ftz=false" in ACTIVATION_COMPILE_OPTIONS and "--fmad=true" in ACTIVATION_COMPILE_OPTIONS
     assert all(o in options for o in ACTIVATION_COMPILE_OPTIONS), options
@@ -494,3 +496,4 @@ def test_every_fast_path_kernel_is_compiled_without_flushing_subnormals(monkeypa
     assert "--ftz=false" in calls["options"] and "--fmad=false" in calls["options"]
     assert not any("ftz=true" in o for o in calls["options"])
     assert calls["filename"] == "cast_fp8.cu"
+    assert '#include "' not in calls["source"], "NVRTC has no include path to fastpath/kernels: inline the headers"

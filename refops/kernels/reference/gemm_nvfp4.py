@@ -5,7 +5,8 @@ from __future__ import annotations
 import torch
 
 from ...formats import E4M3, e2m1_to_fp32, unpack_e2m1
-from .quant_nvfp4 import BLOCK, _f32
+from .nvfp4_scales import fl
+from .quant_nvfp4 import BLOCK
 
 __all__ = ["nvfp4_gemm_reference"]
 
@@ -51,5 +52,5 @@ def nvfp4_gemm_reference(
         partial = (qa[:, cols] @ qb[:, cols].t()).to(torch.float32)
         y = y + (sa[:, blk, None] * sb[None, :, blk]) * partial
     amax_product = a_amax.to(torch.float32).reshape(-1, 1) * b_amax.to(torch.float32).reshape(1, -1)
-    alpha = amax_product * _f32(1.0 / (36.0 * a_e4m3_max * b_e4m3_max), y)
+    alpha = amax_product * fl(1.0 / (36.0 * a_e4m3_max * b_e4m3_max), y)
     return (alpha * y).to(out_dtype)

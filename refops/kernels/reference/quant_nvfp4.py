@@ -1,7 +1,8 @@
 """NVFP4 numerics: two-level block scaling, stochastic rounding, 4over6, quantize and dequantize.
 
-The random Hadamard transform is in :mod:`.hadamard`, the scale swizzle in
-:mod:`.scale_swizzle`, the emulated GEMM in :mod:`.gemm_nvfp4`.
+The scale factors are in :mod:`.nvfp4_scales`, the random Hadamard transform in
+:mod:`.hadamard`, the scale swizzle in :mod:`.scale_swizzle`, the emulated GEMM in
+:mod:`.gemm_nvfp4`.
 
 This file is the byte-exact specification a CUDA kernel is checked against
 (``recipes-numerics.md`` §2.5, §3.2-3.3, §4). Notation: ``RN(.)`` is one IEEE
@@ -32,15 +33,20 @@ import torch
 
 from ...formats import (
     E4M3,
-    FLT_MAX,
     e2m1_round_nearest_even,
     e2m1_stochastic_round,
     e2m1_to_fp32,
-    fp32_from_bits,
     pack_e2m1,
     unpack_e2m1,
 )
 from .hadamard import hadamard_transform_16
+from .nvfp4_scales import (
+    fl,
+    nvfp4_4over6_block_scales,
+    nvfp4_block_encode_multiplier,
+    nvfp4_block_scale,
+    nvfp4_global_scale,
+)
 
 __all__ = [
     "BLOCK",
@@ -48,31 +54,16 @@ __all__ = [
     "validate_options",
     "NVFP4QuantizeResult",
     "nvfp4_scale_shape",
-    "nvfp4_global_scale",
-    "nvfp4_block_scale",
-    "nvfp4_4over6_block_scales",
-    "nvfp4_block_encode_multiplier",
     "nvfp4_quantize",
     "nvfp4_dequantize",
 ]
 
 #: Elements per NVFP4 block (and tile side for 2D weights).
 BLOCK = 16
-_FL_ONE_SIXTH_BITS = 0x3E2AAAAB  # fl(1/6)
 _SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 # ------------------------------------------------------------------ helpers
-def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
-    """``fl(value)`` as a 0-dim fp32 tensor on ``like``'s device (the double rounded once)."""
-    return torch.tensor(value, dtype=torch.float32, device=like.device)
-
-
-def _fminf(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """C ``fminf``: the smaller operand; a NaN ``a`` yields ``b``."""
-    return torch.where(torch.isnan(a), b, torch.minimum(a, b))
-
-
 def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
 
@@ -116,55 +107,6 @@ def _pad_scales(scale_bytes: torch.Tensor) -> torch.Tensor:
     padded = torch.zeros(nvfp4_scale_shape(rows, blocks * BLOCK), dtype=torch.uint8, device=scale_bytes.device)
     padded[:rows, :blocks] = scale_bytes
     return padded
-
-
-# ------------------------------------------------------------ scale factors
-def nvfp4_global_scale(amax: torch.Tensor, *, e4m3_max: float = 448.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-tensor (or per-row) encode and decode scales ``(S_enc, S_dec)`` from the global amax.
-
-    ``S_enc = fminf(RN(fl(6*E) / A), FLT_MAX)`` (``6*E`` = 2688 or 1536 is exact);
-    then ``S_enc = 1`` where ``A == 0`` or ``S_enc == 0`` (``A = inf``). A NaN
-    ``A`` gives ``FLT_MAX`` (``fminf``). ``S_dec = RN(1 / S_enc)``.
-    ``E = e4m3_max`` is 448 (standard) or 256 (4over6 tensors that reserve
-    headroom for the 1.5x map-to-4 scale).
-    """
-    if e4m3_max not in (256.0, 448.0):
-        raise ValueError(f"nvfp4_global_scale: e4m3_max must be 256 or 448, got {e4m3_max}")
-    a = amax.to(torch.float32)
-    s_enc = _fminf(torch.div(_f32(6.0 * e4m3_max, a), a), _f32(FLT_MAX, a))
-    s_enc = torch.where((a == 0) | (s_enc == 0), torch.ones_like(s_enc), s_enc)
-    s_dec = torch.div(_f32(1.0, a), s_enc)
-    return s_enc, s_dec
-
-
-def nvfp4_block_scale(block_amax: torch.Tensor, s_enc: torch.Tensor) -> torch.Tensor:
-    """Standard block scale ``s_b = Q_E4M3(fminf(RN(b * RN(S_enc * fl(1/6))), FLT_MAX))``.
-
-    Association matters: ``S_enc * fl(1/6)`` first (``fl(1/6)`` = ``0x3E2AAAAB``),
-    then times the block amax ``b``. Returns ``float8_e4m3fn`` values
-    (``.view(torch.uint8)`` gives the stored bytes). ``b = inf`` gives 448.
-    """
-    multiplier = s_enc * fp32_from_bits(torch.tensor(_FL_ONE_SIXTH_BITS, device=s_enc.device))
-    return E4M3.quantize(_fminf(block_amax * multiplier, _f32(FLT_MAX, s_enc)))
-
-
-def nvfp4_4over6_block_scales(block_amax: torch.Tensor, s_enc: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """4over6 candidate scales ``(s4, s6)`` as ``float8_e4m3fn``.
-
-    ``base = RN(RN(b / 6) * S_enc)`` (a true division, unlike the standard
-    path); ``s4 = Q_E4M3(fminf(RN(base * 1.5), 448))``; ``s6 = Q_E4M3(fminf(base, 448))``.
-    """
-    base = torch.div(block_amax, _f32(6.0, block_amax)) * s_enc
-    e4m3_max = _f32(E4M3.max, block_amax)
-    s4 = E4M3.quantize(_fminf(base * _f32(1.5, block_amax), e4m3_max))
-    s6 = E4M3.quantize(_fminf(base, e4m3_max))
-    return s4, s6
-
-
-def nvfp4_block_encode_multiplier(s_b: torch.Tensor, s_dec: torch.Tensor) -> torch.Tensor:
-    """``enc_b = fminf(RN(1 / RN(float(s_b) * S_dec)), FLT_MAX)``; ``s_b = 0`` gives ``FLT_MAX``."""
-    decode = s_b.to(torch.float32) * s_dec
-    return _fminf(torch.div(_f32(1.0, decode), decode), _f32(FLT_MAX, decode))
 
 
 # ---------------------------------------------------------------- quantize
@@ -214,7 +156,7 @@ def _4over6_error(
     """
     decoded = e2m1_to_fp32(codes)
     scale = s_c.to(torch.float32)
-    denominator = _f32(6.0 * e4m3_max, blocks)
+    denominator = fl(6.0 * e4m3_max, blocks)
     err = torch.zeros_like(scale)
     for i in range(BLOCK):
         val = torch.div(decoded[..., i] * scale * amax, denominator)
@@ -447,7 +389,7 @@ def nvfp4_dequantize(
     a = torch.as_tensor(amax, dtype=torch.float32, device=data.device).reshape(-1, 1)
     if a.shape[0] not in (1, rows):
         raise ValueError(f"nvfp4_dequantize: amax must hold 1 or {rows} values, got {a.numel()}")
-    final_scale = (s_b * a) * _f32(1.0 / (6.0 * e4m3_max), s_b)
+    final_scale = (s_b * a) * fl(1.0 / (6.0 * e4m3_max), s_b)
     values = e2m1_to_fp32(unpack_e2m1(data)).view(rows, n_blocks, BLOCK) * final_scale[..., None]
     values = values.view(rows, cols)
     if transposed:

@@ -20,14 +20,13 @@ from hypothesis import strategies as st
 from refops.formats import E2M1_VALUES, FLT_MAX, e2m1_to_fp32, unpack_e2m1
 from refops.kernels.reference.gemm_nvfp4 import nvfp4_gemm_reference
 from refops.kernels.reference.hadamard import RHT_SIGN_VECTOR, hadamard_transform_16, rht_matrix_16
-from refops.kernels.reference.quant_nvfp4 import (
+from refops.kernels.reference.nvfp4_scales import (
     nvfp4_4over6_block_scales,
     nvfp4_block_encode_multiplier,
     nvfp4_block_scale,
-    nvfp4_dequantize,
     nvfp4_global_scale,
-    nvfp4_quantize,
 )
+from refops.kernels.reference.quant_nvfp4 import nvfp4_dequantize, nvfp4_quantize
 from refops.kernels.reference.scale_swizzle import swizzle_block_scales, unswizzle_block_scales
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)

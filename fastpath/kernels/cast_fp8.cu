@@ -37,6 +37,7 @@ typedef unsigned int u32;
 typedef long long i64;
 
 #include "ieee_f32.cuh"
+#include "elements16.cuh"
 #include "fp8_elements.cuh"
 #include "fp8_tile128.cuh"
 

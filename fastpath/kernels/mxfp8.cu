@@ -32,6 +32,7 @@ typedef unsigned int u32;
 typedef long long i64;
 
 #include "ieee_f32.cuh"
+#include "elements16.cuh"
 #include "fp8_elements.cuh"
 
 // ------------------------------------------------------------------ E8M0 (formats.e8m0_*)

@@ -63,6 +63,7 @@ typedef unsigned int u32;
 typedef long long i64;
 
 #include "ieee_f32.cuh"
+#include "elements16.cuh"
 
 // Truncation of a non-negative fp32 value to u32 (cvt.rzi, without .ftz).
 #ifdef __CUDA_ARCH__
@@ -107,27 +108,11 @@ __device__ __forceinline__ u32 add_u16x2(u32 a, u32 b) { return ((a + b) & 0xFFF
 #define RHT_NEGATIVE_SIGNS 0xD7E8u  // indices i with RHT_SIGN_VECTOR[i] = -1
 
 // ------------------------------------------------------------------ element helpers
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <typename T> __device__ __forceinline__ float bits16_to_f32(u32 b);
-template <> __device__ __forceinline__ float bits16_to_f32<__half>(u32 b) {
-    return __half2float(__ushort_as_half((unsigned short)b));
-}
-template <> __device__ __forceinline__ float bits16_to_f32<__nv_bfloat16>(u32 b) {
-    return __bfloat162float(__ushort_as_bfloat16((unsigned short)b));
-}
 // The low / high 16-bit element of a word as fp32 (bf16: the bits moved to the top, one instruction).
 template <typename T> __device__ __forceinline__ float lo16_to_f32(u32 w) { return bits16_to_f32<T>(w & 0xFFFFu); }
 template <typename T> __device__ __forceinline__ float hi16_to_f32(u32 w) { return bits16_to_f32<T>(w >> 16); }
 template <> __device__ __forceinline__ float lo16_to_f32<__nv_bfloat16>(u32 w) { return __uint_as_float(w << 16); }
 template <> __device__ __forceinline__ float hi16_to_f32<__nv_bfloat16>(u32 w) { return __uint_as_float(w & 0xFFFF0000u); }
-template <typename T> __device__ __forceinline__ u32 f32_to_bits16(float v);
-template <> __device__ __forceinline__ u32 f32_to_bits16<__half>(float v) { return __half_as_ushort(__float2half_rn(v)); }
-template <> __device__ __forceinline__ u32 f32_to_bits16<__nv_bfloat16>(float v) {
-    return __bfloat16_as_ushort(__float2bfloat16_rn(v));
-}
 
 template <typename O>
 __device__ __forceinline__ void store16(O* __restrict__ dst, const float (&f)[16]) {
@@ -153,9 +138,6 @@ __device__ __forceinline__ float e4m3_to_f32(u32 q) {
     return __half2float(__half(h));
 }
 
-// Classification by bits (no dependence on <cmath> under NVRTC).
-__device__ __forceinline__ bool is_nan(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) > 0x7F800000u; }
-__device__ __forceinline__ bool is_inf(float v) { return (__float_as_uint(v) & 0x7FFFFFFFu) == 0x7F800000u; }
 __device__ __forceinline__ bool sign_bit(float v) { return (__float_as_uint(v) >> 31) != 0u; }
 
 // ------------------------------------------------------------------ E2M1 (formats.e2m1_*)

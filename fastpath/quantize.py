@@ -11,15 +11,15 @@ amax                          ``cast_fp8.cu: fp8_amax_*`` (one pass, block max +
 compute_scale_from_amax       ``fp8_compute_scale`` (one thread per element: one launch
                               instead of a dozen torch ops on a (1,) tensor)
 quantize_float8               ``fp8_cast_*`` (row-wise only, flat) or ``fp8_cast_transpose_*``
-                              (persistent 128x128 tiles: row-wise bytes and the transposed
+                              (one 128x128 tile per block: row-wise bytes and the transposed
                               copy in one pass); the delayed-scaling amax is taken in the same
                               pass and merged into the accumulator by compare-and-swap
 dequantize_float8             ``fp8_dequantize_*``
 quantize_mxfp8                ``mxfp8.cu: mxfp8_quantize_*`` (32x128 tiles, both usages and
                               2D in one pass)
 dequantize_mxfp8              ``mxfp8_dequantize_*``
-quantize_float8_block         ``fp8_block.cu: fp8_block_quantize_*`` (128x128 tiles, 1D and
-                              2D, both usages and the transpose in one pass)
+quantize_float8_block         ``fp8_block.cu: fp8_block_quantize_*`` (one 128x128 tile per
+                              block, 1D and 2D, both usages and the transpose in one pass)
 dequantize_float8_block       ``fp8_block_dequantize_*``
 ===========================  ==============================================================
 
@@ -71,9 +71,8 @@ _TILE_THREADS = 512
 _AMAX_VECTORS = 256 * 4 * 4
 _CAST_VECTORS = 256 * 4 * 2
 _DEQUANT_VECTORS = 256 * 8
-#: Resident blocks per SM of the persistent tile kernels (their ``__launch_bounds__``): 512-thread
-#: blocks of cast_fp8.cu / fp8_block.cu, 256-thread blocks of mxfp8.cu.
-_TILE_BLOCKS_PER_SM = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 2}
+#: Resident 256-thread blocks per SM of the persistent mxfp8.cu tile kernels (their ``__launch_bounds__``).
+#: The 128x128-tile kernels of cast_fp8.cu / fp8_block.cu are not persistent: one block per tile.
 _MXFP8_BLOCKS_PER_SM = {torch.float32: 2, torch.float16: 4, torch.bfloat16: 4}
 
 
@@ -153,7 +152,7 @@ class QuantizeKernels:
             tiles = _ceil_div(m, 128) * _ceil_div(k, 128)
             vec_in, vec_row, vec_col = int(k % 8 == 0), int(k % 8 == 0), int(m % 16 == 0)
             _run("cast_fp8.cu", f"fp8_cast_transpose_{sfx}",
-                 _persistent_grid(tiles, x.device, _TILE_BLOCKS_PER_SM[x.dtype]), _TILE_THREADS,
+                 (tiles,), _TILE_THREADS,
                  (ptr(xc), i32(m), i32(k), i32(vec_in), i32(vec_row), i32(vec_col), ptr(s), i32(e5m2), ptr(row),
                   ptr(col), ptr(scale_inv), ptr(amax_accumulator)), x.device)
         else:
@@ -248,7 +247,7 @@ class QuantizeKernels:
         value_for_inf = float(torch.finfo(x.dtype).max)
         mode = "2d" if two_d else "both" if rowwise and columnwise else "rows" if rowwise else "cols"
         _run("fp8_block.cu", f"fp8_block_quantize_{mode}_{_SUFFIX[x.dtype]}",
-             _persistent_grid(bm * bk, dev, _TILE_BLOCKS_PER_SM[x.dtype]), _TILE_THREADS,
+             (bm * bk,), _TILE_THREADS,
              (ptr(xc), i32(m), i32(k), i32(int(k % 8 == 0)), i32(int(k % 8 == 0)), i32(int(m % 16 == 0)), i32(e5m2),
               f32(fmax), i32(int(force_pow_2_scales)), f32(amax_epsilon), f32(value_for_inf),
               ptr(row_data), ptr(row_scale), i32(row_scale_shape[1]), ptr(col_data), ptr(col_scale),

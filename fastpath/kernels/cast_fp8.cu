@@ -19,11 +19,10 @@
 //   fp8_amax_*            AMAX_CHUNKS chunks of 4 x 16-byte loads per thread; block max, one atomicMax
 //   fp8_cast_*            flat row-wise cast, CAST_CHUNKS chunks of 4 x 16-byte loads per thread;
 //                         optional accumulator update (delayed scaling)
-//   fp8_cast_transpose_*  persistent 128x128 tiles, 512 threads: row-wise bytes and the transposed (K, M)
-//                         copy in one pass; the next tile is loaded into registers while this one is
-//                         cast and stored, so a whole tile of loads is always in flight; four values per
-//                         pair of cvt.rn.satfinite.*x2.f32 (the same per-value conversion as Q_F), the
-//                         column words by byte permutes; one code path per format and per with/without
+//   fp8_cast_transpose_*  one 128x128 tile per block, 512 threads, three blocks resident per SM: row-wise
+//                         bytes and the transposed (K, M) copy in one pass; four values per pair of
+//                         cvt.rn.satfinite.*x2.f32 (the same per-value conversion as Q_F), the column
+//                         words by byte permutes; one code path per format and per with/without
 //                         accumulator (the block amax is only computed for the accumulator)
 //   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
 //   fp8_compute_scale     compute_scale_from_amax on an fp32 amax tensor (one thread per element)
@@ -198,15 +197,16 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
 }
 
 // ------------------------------------------------------------------ cast + transpose
-// 128x128 tiles, 512 threads. Thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7 of a tile
-// (W = 2*sizeof(T) words of raw input per row). Blocks are persistent: block b takes tiles b, b + grid,
-// ... and loads the next one into registers before casting the current one, so its loads are in flight
-// all the time; the launcher sizes the grid to the blocks that fit at once and spreads the tiles evenly.
+// 128x128 tiles, 512 threads, one tile per block (the launcher starts a block per tile). Thread t owns rows
+// 4*(t/16)..+3 and columns 8*(t%16)..+7 of a tile (W = 2*sizeof(T) words of raw input per row). Small blocks
+// (<= 40 registers a thread, one shared tile) let three of them reside per SM, so three tiles of loads are in
+// flight per SM: a persistent form, two blocks per SM each loading its next tile into registers while it
+// cast the current one, kept one tile in flight per block and reached 83 % of a copy where this form reaches
+// 92 % (GPU run 12; the pure address pattern's ceiling is 92 %, benchmarks/diag_access_patterns.py).
 // The transposed bytes go through shared memory (the layout and the tile loads and stores, shared with
-// fp8_block.cu, are in fp8_tile128.cuh). Two tile buffers alternate, so one barrier per tile suffices.
-// A thread's 4x8 bytes are cast as row words (cast_fp8x4) and turned into its 8 column words by a 4x4 byte
-// transpose per half (__byte_perm); full tiles store the row words without bounds checks; the tile
-// coordinates move on incrementally (no division per tile).
+// fp8_block.cu, are in fp8_tile128.cuh). A thread's 4x8 bytes are cast as row words (cast_fp8x4) and turned
+// into its 8 column words by a 4x4 byte transpose per half (__byte_perm); full tiles store the row words
+// without bounds checks.
 
 // The 8 elements of one row of a thread's tile part (raw words as loaded), exactly as fp32; the pointer
 // argument only selects the input type.
@@ -231,94 +231,69 @@ __device__ __forceinline__ void unpack_row8(const __half*, const u32 (&w)[4], fl
     }
 }
 
-// Tile coordinates (tm, tk) of tile tm * n_tk + tk moved on by gridDim.x tiles (gq * n_tk + gr).
-__device__ __forceinline__ void advance_tile(int& tm, int& tk, int gq, int gr, int n_tk) {
-    tk += gr;
-    tm += gq;
-    if (tk >= n_tk) {
-        tk -= n_tk;
-        ++tm;
-    }
-}
-
 // E5M2: the FP8 format; AMAX: whether the block max of |x| goes to the accumulator (delayed scaling).
 template <typename T, bool E5M2, bool AMAX>
 __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int vec_in, int vec_row, int vec_col,
                                     const float* __restrict__ scale_p, u8* __restrict__ row_out,
                                     u8* __restrict__ col_out, float* __restrict__ scale_inv, float* accumulator,
-                                    u32 (*tile)[TILE][33]) {
+                                    u32 (*tile)[33]) {
     constexpr int W = 2 * sizeof(T);
     const int n_tk = (K + TILE - 1) / TILE;
-    const int tiles = ((M + TILE - 1) / TILE) * n_tk;
     const int t = threadIdx.x, cg = t & 15, rg = t >> 4;
     const float s = *scale_p;
     if (blockIdx.x == 0 && t == 0) *scale_inv = reciprocal_rn(s);
-    const int nt = n_tk > 0 ? n_tk : 1;  // K == 0: no tiles, and no division by zero
-    const int gq = (int)gridDim.x / nt, gr = (int)gridDim.x % nt;
+    // Tile blockIdx.x of the row-major grid of tiles.
+    const int tm = (int)blockIdx.x / n_tk, tk = (int)blockIdx.x - tm * n_tk;
+    const int m0 = tm * TILE, k0 = tk * TILE;
+    u32 raw[4][W];
+    load_tile(x, M, K, m0, k0, vec_in, raw);
 
-    u32 next[4][W];
-    int tile_id = blockIdx.x;
-    int tm = tile_id / nt, tk = tile_id % nt;  // of tile_id
-    if (tile_id < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, next);
+    // rw[i][h]: byte c = q of row 4 * rg + i, column 8 * cg + 4 * h + c of the tile.
     float m = 0.0f;
-    int buf = 0;
-    for (; tile_id < tiles; tile_id += gridDim.x) {
-        u32 raw[4][W];
+    u32 rw[4][2];
 #pragma unroll
-        for (int i = 0; i < 4; ++i)
+    for (int i = 0; i < 4; ++i) {
+        float v[8];
+        unpack_row8(x, raw[i], v);
+        if (AMAX) {
 #pragma unroll
-            for (int w = 0; w < W; ++w) raw[i][w] = next[i][w];
-        const int m0 = tm * TILE, k0 = tk * TILE;
-        advance_tile(tm, tk, gq, gr, n_tk);
-        if (tile_id + (int)gridDim.x < tiles) load_tile(x, M, K, tm * TILE, tk * TILE, vec_in, next);
-
-        // rw[i][h]: byte c = q of row 4 * rg + i, column 8 * cg + 4 * h + c of the tile.
-        u32 rw[4][2];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            float v[8];
-            unpack_row8(x, raw[i], v);
-            if (AMAX) {
-#pragma unroll
-                for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[j]));
-            }
-            rw[i][0] = cast_fp8x4<E5M2>(f32_mul(v[0], s), f32_mul(v[1], s), f32_mul(v[2], s), f32_mul(v[3], s));
-            rw[i][1] = cast_fp8x4<E5M2>(f32_mul(v[4], s), f32_mul(v[5], s), f32_mul(v[6], s), f32_mul(v[7], s));
+            for (int j = 0; j < 8; ++j) m = f32_max(m, f32_abs(v[j]));
         }
-        if (row_out != nullptr) {
-            if (vec_row && m0 + TILE <= M && k0 + TILE <= K) {  // a full tile: no bounds to check
-                u8* dst = row_out + ((i64)(m0 + 4 * rg) * K + k0 + 8 * cg);
+        rw[i][0] = cast_fp8x4<E5M2>(f32_mul(v[0], s), f32_mul(v[1], s), f32_mul(v[2], s), f32_mul(v[3], s));
+        rw[i][1] = cast_fp8x4<E5M2>(f32_mul(v[4], s), f32_mul(v[5], s), f32_mul(v[6], s), f32_mul(v[7], s));
+    }
+    if (row_out != nullptr) {
+        if (vec_row && m0 + TILE <= M && k0 + TILE <= K) {  // a full tile: no bounds to check
+            u8* dst = row_out + ((i64)(m0 + 4 * rg) * K + k0 + 8 * cg);
 #pragma unroll
-                for (int i = 0; i < 4; ++i, dst += K) *reinterpret_cast<uint2*>(dst) = make_uint2(rw[i][0], rw[i][1]);
-            } else {
+            for (int i = 0; i < 4; ++i, dst += K) *reinterpret_cast<uint2*>(dst) = make_uint2(rw[i][0], rw[i][1]);
+        } else {
 #pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, rw[i][0], rw[i][1]);
-            }
+            for (int i = 0; i < 4; ++i)
+                store_row_words(row_out, M, K, m0 + 4 * rg + i, k0 + 8 * cg, vec_row, rw[i][0], rw[i][1]);
         }
-        if (col_out != nullptr) {
-            // col_words[j]: byte i = q of row 4 * rg + i, column 8 * cg + j (a 4x4 byte transpose per h).
-            u32 col_words[8];
+    }
+    if (col_out != nullptr) {
+        // col_words[j]: byte i = q of row 4 * rg + i, column 8 * cg + j (a 4x4 byte transpose per h).
+        u32 col_words[8];
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const u32 a = __byte_perm(rw[0][h], rw[1][h], 0x5140);  // rows 0, 1 of columns 4h, 4h + 1
-                const u32 b = __byte_perm(rw[0][h], rw[1][h], 0x7362);  // rows 0, 1 of columns 4h + 2, 4h + 3
-                const u32 c = __byte_perm(rw[2][h], rw[3][h], 0x5140);  // rows 2, 3 of columns 4h, 4h + 1
-                const u32 d = __byte_perm(rw[2][h], rw[3][h], 0x7362);  // rows 2, 3 of columns 4h + 2, 4h + 3
-                col_words[4 * h + 0] = __byte_perm(a, c, 0x5410);
-                col_words[4 * h + 1] = __byte_perm(a, c, 0x7632);
-                col_words[4 * h + 2] = __byte_perm(b, d, 0x5410);
-                col_words[4 * h + 3] = __byte_perm(b, d, 0x7632);
-            }
-#pragma unroll
-            for (int j = 0; j < 8; ++j) {
-                const int c = 8 * cg + j;
-                tile[buf][c][swizzle(c, rg)] = col_words[j];
-            }
-            __syncthreads();  // also orders the previous use of tile[buf ^ 1] before its next writes
-            store_transposed(tile[buf], col_out, M, K, m0, k0, vec_col);
-            buf ^= 1;
+        for (int h = 0; h < 2; ++h) {
+            const u32 a = __byte_perm(rw[0][h], rw[1][h], 0x5140);  // rows 0, 1 of columns 4h, 4h + 1
+            const u32 b = __byte_perm(rw[0][h], rw[1][h], 0x7362);  // rows 0, 1 of columns 4h + 2, 4h + 3
+            const u32 c = __byte_perm(rw[2][h], rw[3][h], 0x5140);  // rows 2, 3 of columns 4h, 4h + 1
+            const u32 d = __byte_perm(rw[2][h], rw[3][h], 0x7362);  // rows 2, 3 of columns 4h + 2, 4h + 3
+            col_words[4 * h + 0] = __byte_perm(a, c, 0x5410);
+            col_words[4 * h + 1] = __byte_perm(a, c, 0x7632);
+            col_words[4 * h + 2] = __byte_perm(b, d, 0x5410);
+            col_words[4 * h + 3] = __byte_perm(b, d, 0x7632);
         }
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int c = 8 * cg + j;
+            tile[c][swizzle(c, rg)] = col_words[j];
+        }
+        __syncthreads();
+        store_transposed(tile, col_out, M, K, m0, k0, vec_col);
     }
     if (AMAX) {
         m = block_max(m);
@@ -330,7 +305,7 @@ template <typename T>
 __device__ __forceinline__ void cast_transpose_dispatch(const T* x, int M, int K, int vec_in, int vec_row,
                                                         int vec_col, const float* scale_p, int e5m2, u8* row_out,
                                                         u8* col_out, float* scale_inv, float* accumulator) {
-    __shared__ u32 tile[2][TILE][33];  // the transposed bytes, two alternating buffers
+    __shared__ u32 tile[TILE][33];  // the transposed bytes
     if (e5m2) {
         if (accumulator != nullptr)
             cast_transpose_impl<T, true, true>(x, M, K, vec_in, vec_row, vec_col, scale_p, row_out, col_out,
@@ -409,8 +384,8 @@ extern "C" __global__ void fp8_compute_scale(const float* amax, i64 n, double fm
 }
 
 // ------------------------------------------------------------------ entry points
-// Minimum resident blocks for the tile kernel: 2 x 512 threads (<= 64 registers) for 16-bit inputs; one for
-// fp32, whose tile of loads is twice as many bytes. The launcher sizes its grid with the same numbers.
+// Resident 512-thread blocks per SM the tile kernel is compiled for (a register bound; the launcher starts one
+// block per tile): 3 (<= 40 registers) for 16-bit inputs, 2 (<= 64) for fp32, whose tiles are twice the bytes.
 #define FP8_INSTANTIATE(T, SUFFIX, TILE_BLOCKS)                                                                     \
     extern "C" __global__ void __launch_bounds__(FLAT_THREADS, 8)                                                  \
         fp8_amax_##SUFFIX(const T* x, i64 n, int vec_ok, float* out, float* out2) {                                \
@@ -433,6 +408,6 @@ extern "C" __global__ void fp8_compute_scale(const float* amax, i64 n, double fm
         dequantize_impl<T>(q, n, vec_ok, scale_inv, e5m2, out);                                                    \
     }
 
-FP8_INSTANTIATE(float, f32, 1)
-FP8_INSTANTIATE(__half, f16, 2)
-FP8_INSTANTIATE(__nv_bfloat16, bf16, 2)
+FP8_INSTANTIATE(float, f32, 2)
+FP8_INSTANTIATE(__half, f16, 3)
+FP8_INSTANTIATE(__nv_bfloat16, bf16, 3)

@@ -11,8 +11,8 @@ quantize_nvfp4                pass 1: ``nvfp4.cu: nvfp4_amax_*`` or, for the col
                               (one kernel per option set: persistent, 64-row x 256-byte tiles
                               through a cp.async double buffer, last tile first)
 dequantize_nvfp4              ``nvfp4_dequantize_rows_*`` / ``nvfp4_dequantize_cols_*``
-                              (column-wise: persistent, 64 k x 128 m tiles, next tile's inputs
-                              prefetched into registers, double-buffered shared tile)
+                              (column-wise: one 64 k x 256 m tile per block of 512 threads,
+                              a block per tile, 4 blocks resident per SM, one shared tile)
 ===========================  ==============================================================
 
 What runs the reference instead (``super()``), and why: CPU tensors, dtypes other than
@@ -96,12 +96,13 @@ class Nvfp4Kernels:
         common = (ptr(scale_inv), i32(scale_inv.stride(0)), ptr(a), i32(int(a.numel() == rows and rows > 1)),
                   f32(np.float32(1.0 / (6.0 * e4m3_max))), ptr(out))
         sfx = _SUFFIX[out_dtype]
-        if columnwise:  # tiles of 64 k x 128 m (16-bit outputs) or 64 k x 64 m (fp32), persistent blocks:
-            # as many as stay resident (DEQ_COLS_MINB in nvfp4.cu: 5 per SM for 16-bit outputs, 6 for fp32)
-            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 128 if out.element_size() == 2 else 64)
-            per_sm = 5 if out.element_size() == 2 else 6
-            _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (min(tiles, per_sm * _sm_count(dev.index or 0)),),
-                 _THREADS, (ptr(q), i32(rows), i32(cols), *common), dev)
+        if columnwise:  # tiles of 64 k x 256 m, 512 threads (16-bit outputs) or 64 k x 64 m, _THREADS (fp32),
+            # one per block: a block per tile (DEQ_COLS_THREADS / DEQ_COLS_MINB in nvfp4.cu: 4 resident per SM for
+            # 16-bit outputs, 6 for fp32)
+            wide = out.element_size() == 2
+            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 256 if wide else 64)
+            _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (tiles,), 512 if wide else _THREADS,
+                 (ptr(q), i32(rows), i32(cols), *common), dev)
         else:  # grid-stride over 16-blocks (fp32) or 32-block chunks: one wave of resident blocks
             # (DEQ_ROWS_MINB in nvfp4.cu: 6 per SM for 16-bit outputs, 8 for fp32), no partial last wave
             per_sm = 6 if out.element_size() == 2 else 8

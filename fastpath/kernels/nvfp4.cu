@@ -37,12 +37,12 @@
 //                           block decoded through byte-permute tables, halves swapped between lane pairs by
 //                           shuffles so that both 16-byte stores of the warp are 512 contiguous bytes (fp32:
 //                           a thread per 16-block); one wave of resident blocks, grid-stride. Column-wise:
-//                           persistent blocks walk 64 x 128 tiles of bf16/fp16 pairs (64 x 64 fp32) m-major,
-//                           each thread's inputs of its next tile prefetched into registers (all loads
-//                           independent, issued together) while the current tile is decoded into a double-
-//                           buffered shared tile (one barrier per tile) and stored as 16-byte chunks; the
-//                           16-blocks of a column across the lanes (coalesced data and scale loads), 16-byte
-//                           chunks XOR-swizzled (no bank conflicts).
+//                           one 64 x 256 tile of bf16/fp16 pairs (512 threads; fp32: 64 x 64, 256 threads)
+//                           per block, a block per tile (m-major), 4 (fp32: >= 6) resident per SM; each
+//                           thread's inputs loaded together (all independent; a warp reads 128 contiguous
+//                           bytes per data row), decoded into a shared tile (one barrier) and stored as
+//                           16-byte chunks; the 16-blocks of a column across the lanes (coalesced data and
+//                           scale loads), shared words XOR-swizzled (no bank conflicts).
 //
 // Fast paths (bit-identical by construction, see each helper): block amaxes as packed 16-bit integer
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
@@ -1122,116 +1122,121 @@ __device__ __forceinline__ void nvfp4_dequantize_rows_impl(const u8* __restrict_
     }
 }
 
-// Column-wise data (K, M/2) -> out (M, K), through shared tiles of 64 k x DM m. 16-bit outputs: a thread
-// decodes columns k, k+1 of one 16-row block into 16 words (k, k+1) of the tile [m][k/2] (DM = 128); fp32: one
-// column into the float tile [m][k] (DM = 64). Rows of the tile then leave as 16-byte stores (a warp writes 4
-// or 2 whole 128- or 256-byte row segments per store). The 16-blocks of a column run fastest across the lanes
-// (a warp reads 8 data rows of 64 or 32 contiguous bytes and their contiguous scale bytes); the tile's 16-byte
-// chunks are XOR-swizzled by the row's 16-block (chunk ch of row m lies at ch ^ SWZ(m)), so both the word
-// writes and the chunk reads are free of bank conflicts.
-// Persistent blocks (a few per SM, launched by the caller) walk the tiles m-major (consecutive tiles step k:
-// the blocks in flight together write whole output rows, a contiguous band of DM-row groups; tile coordinates
-// advanced by an addition with carry, no division per tile). A thread's inputs of its next tile (data words,
-// scale bytes, per-row amaxes: all issued back to back, independent) are loaded into registers before the
-// current tile is decoded and stored, so their latency hides behind a whole tile's work. The tile is double-
-// buffered in shared memory: one barrier per tile (a buffer is rewritten two tiles later, after every thread
-// passed the barrier that follows its reads of it).
+// Threads per block of the column-wise dequantize: 512 for 16-bit outputs (tiles of 256 m), THREADS for fp32.
+#define DEQ_COLS_THREADS(T) (sizeof(T) == 2 ? 512 : THREADS)
+
+// Column-wise data (K, M/2) -> out (M, K), through a shared tile of 64 k x DM m. 16-bit outputs (512 threads):
+// a thread decodes columns k, k+1 of one 16-row block into 16 words (k, k+1) of the tile [m][k/2] (DM = 256);
+// fp32 (THREADS threads): one column into the float tile [m][k] (DM = 64). Rows of the tile then leave as
+// 16-byte stores (a warp writes 4 or 2 whole 128- or 256-byte row segments per store). The 16-blocks of a
+// column run fastest across the lanes (16-bit: a warp reads 4 data rows of 128 contiguous bytes and their
+// contiguous scale bytes; fp32: 8 data rows of 32 bytes).
+// Shared layouts (both bijections of a row's words, the chunk reads undo exactly what the word writes do):
+//   16-bit: word kp (k pair) of row ml lies at kp ^ (4 * (ml >> 4 & 7) + 2 * (ml >> 7 & 1)): its 16-byte chunk
+//     XOR-swizzled by the row's 16-block mod 8 and, for the tile's second 128 rows, its word pairs swapped
+//     inside the chunk. A warp's word writes (16 blocks x 2 k pairs: chunk slot by mb & 7, word by the k pair
+//     and mb >> 3) touch 32 distinct banks; 8 lanes read one row's 8 chunks. A thread's chunk reads lie at
+//     rows ml0 + 64 q (ml0 < 64), so the pair swap is q >> 1: a register renaming, known at compile time.
+//   fp32: chunk ch of row ml lies at ch ^ (2 * (ml >> 4)): free of bank conflicts for both passes.
+// One tile per block: the launcher starts a block per tile (grid = n_tm * n_tk), tile blockIdx.x numbered
+// m-major (consecutive blocks step k: the blocks in flight together write whole output rows, a contiguous band
+// of DM-row groups). Small blocks (one shared tile, 32 or 16 KiB; few registers: DEQ_COLS_MINB resident per SM)
+// keep many tiles' loads in flight per SM instead of a persistent block prefetching its next tile into
+// registers. A thread's inputs (data words, scale bytes, per-row amaxes) are all issued back to back,
+// independent, then decoded into the tile; one barrier, then the tile's chunks are read and stored.
 template <typename O>
 __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict__ data, int K, int M,
                                                            const u8* __restrict__ scale, int ld,
                                                            const float* __restrict__ amax, int amax_per_row,
                                                            float inv_six_e, O* __restrict__ out) {
     using u64 = unsigned long long;
-    constexpr int DM = sizeof(O) == 2 ? 128 : 64;  // tile rows (m)
+    constexpr int NT = DEQ_COLS_THREADS(O);        // threads per block: 512 or THREADS
+    constexpr int DM = sizeof(O) == 2 ? 256 : 64;  // tile rows (m)
     constexpr int WPR = 64 * (int)sizeof(O) / 4;   // 32-bit words per tile row: 32 or 64
-    constexpr int MBS = DM / 16;                   // 16-blocks per tile column: 8 or 4
+    constexpr int MBS = DM / 16;                   // 16-blocks per tile column: 16 or 4
     constexpr int NC = sizeof(O) == 2 ? 2 : 1;     // tile columns a thread decodes
     constexpr int CPR = WPR / 4;                   // 16-byte chunks per tile row: 8 or 16
-    __shared__ __align__(16) u32 tiles[2][DM * WPR];  // 2 x 16 KiB
-    // swizzle of row ml's chunks: 16-bit: its block (0..7) over the 8 chunks; fp32: 2 x its block (0..3)
-    auto swz = [](int ml) { return sizeof(O) == 2 ? (ml >> 4) : ((ml >> 4) << 1); };
-    const int n_tk = (K + 63) / 64, n_tm = (M + DM - 1) / DM;
-    // tile (tm, tk) = divmod(blockIdx.x + it * gridDim.x, n_tk), stepped by gridDim.x = s_m * n_tk + s_k
-    const int s_m = (int)gridDim.x / n_tk, s_k = (int)gridDim.x - s_m * n_tk;
-    int tm = (int)blockIdx.x / n_tk, tk = (int)blockIdx.x - tm * n_tk;
-    if (tm >= n_tm) return;  // (the launcher's grid never exceeds the tiles)
+    static_assert(NC * NT / MBS == 64, "a thread per (16-block, tile column group) of the 64 tile columns");
+    __shared__ __align__(16) u32 tile[DM * WPR];   // 32 KiB (16-bit) or 16 KiB (fp32)
+    // swizzle of row ml's chunks: 16-bit: its block mod 8 over the 8 chunks; fp32: 2 x its block (0..3)
+    auto swz = [](int ml) { return sizeof(O) == 2 ? ((ml >> 4) & 7) : ((ml >> 4) << 1); };
+    const int n_tk = (K + 63) / 64;
+    // tile (tm, tk) = divmod(blockIdx.x, n_tk) (the launcher's grid is exactly the n_tm * n_tk tiles)
+    const int tm = (int)blockIdx.x / n_tk, tk = (int)blockIdx.x - tm * n_tk;
     const int t = threadIdx.x;
     const int mb = t & (MBS - 1), kl = NC * (t / MBS);  // rows 16mb..16mb+15, columns kl..kl+NC-1 of the tile
-    const float a0 = amax[0];                           // the global amax (or row 0's: unused then)
-    constexpr int RS = THREADS / CPR;  // tile rows between a thread's stored chunks: 32 or 16
+    constexpr int RS = NT / CPR;  // tile rows between a thread's stored chunks: 64 or 16
+    static_assert(sizeof(O) != 2 || RS == 64, "the pair swap of row ml0 + RS q (ml0 < RS) is q >> 1");
     const int ml0 = t / CPR, ch = t % CPR;
     const u64 row_step = (u64)RS * (u32)K / (16 / sizeof(O));  // the same in 16-byte chunks
-    // A thread's inputs for one tile; ok: its block lies inside the tensor (K % 16 == 0: so does column kl+1).
-    struct Raw {
-        uint2 d[NC];
-        u32 s[NC];
-        float a[NC];
-        bool ok;
-    };
-    auto load = [&](int tm_, int tk_, Raw& r) {
-        const int k = 64 * tk_ + kl, m = DM * tm_ + 16 * mb;
-        r.ok = k < K && m < M;
-        if (r.ok) {  // (non-negative indices: unsigned address arithmetic)
-            const u8* d = data + (u64)(u32)k * (u32)(M / 2) + ((u32)m >> 1);
-            const u8* s = scale + (u64)(u32)k * (u32)ld + ((u32)m >> 4);
+    {
+        // the thread's 16-block, where it lies inside the tensor (K % 16 == 0: then so does column kl+1)
+        const int k = 64 * tk + kl, m = DM * tm + 16 * mb;
+        if (k < K && m < M) {  // (non-negative indices: unsigned address arithmetic)
+            uint2 d[NC];
+            u32 s[NC];
+            float a[NC];
+            const u8* dp = data + (u64)(u32)k * (u32)(M / 2) + ((u32)m >> 1);
+            const u8* sp = scale + (u64)(u32)k * (u32)ld + ((u32)m >> 4);
 #pragma unroll
             for (int h = 0; h < NC; ++h) {
-                r.d[h] = __ldg(reinterpret_cast<const uint2*>(d + (u64)h * (u32)(M / 2)));
-                r.s[h] = __ldg(s + (u64)h * (u32)ld);
-                r.a[h] = amax_per_row ? __ldg(amax + k + h) : a0;
+                d[h] = __ldg(reinterpret_cast<const uint2*>(dp + (u64)h * (u32)(M / 2)));
+                s[h] = __ldg(sp + (u64)h * (u32)ld);
+                a[h] = __ldg(amax + (amax_per_row ? k + h : 0));  // per row, or the global amax
             }
-        }
-    };
-    Raw cur, nxt;
-    load(tm, tk, cur);
-#pragma unroll 1
-    for (int buf = 0;; buf ^= 1) {
-        int nm = tm + s_m, nk = tk + s_k;  // the next tile
-        if (nk >= n_tk) {
-            nk -= n_tk;
-            ++nm;
-        }
-        const bool more = nm < n_tm;  // block-uniform
-        if (more) load(nm, nk, nxt);
-        if (cur.ok) {
             if constexpr (sizeof(O) == 2) {
-                u32 wa[8], wb[8];
-                decode_block16<O>(cur.d[0], f32_mul(f32_mul(e4m3_to_f32(cur.s[0]), cur.a[0]), inv_six_e), wa);
-                decode_block16<O>(cur.d[1], f32_mul(f32_mul(e4m3_to_f32(cur.s[1]), cur.a[1]), inv_six_e), wb);
+                const float fs0 = f32_mul(f32_mul(e4m3_to_f32(s[0]), a[0]), inv_six_e);
+                const float fs1 = f32_mul(f32_mul(e4m3_to_f32(s[1]), a[1]), inv_six_e);
                 const int kp = kl >> 1;
-                const int col = (((kp >> 2) ^ mb) << 2) | (kp & 3);  // swz(16mb + i) == mb
+                // kp ^ (4 * swz(16mb + i) + 2 * ((16mb + i) >> 7 & 1)): rows 16mb..16mb+15 share mb
+                const int col = kp ^ (((mb & 7) << 2) | ((mb >> 3) << 1));
+                if (is_finite(fs0) && is_finite(fs1)) {  // (decode_block16's table path for both)
+                    u32 wa[8], wb[8];
+                    decode_block16<O>(d[0], fs0, wa);
+                    decode_block16<O>(d[1], fs1, wb);
 #pragma unroll
-                for (int j = 0; j < 8; ++j) {
-                    tiles[buf][(16 * mb + 2 * j) * WPR + col] = __byte_perm(wa[j], wb[j], 0x5410);
-                    tiles[buf][(16 * mb + 2 * j + 1) * WPR + col] = __byte_perm(wa[j], wb[j], 0x7632);
+                    for (int j = 0; j < 8; ++j) {
+                        tile[(16 * mb + 2 * j) * WPR + col] = __byte_perm(wa[j], wb[j], 0x5410);
+                        tile[(16 * mb + 2 * j + 1) * WPR + col] = __byte_perm(wa[j], wb[j], 0x7632);
+                    }
+                } else {  // rare (an infinite or NaN final scale): the same words, a column at a time as halves
+                    unsigned short* half = reinterpret_cast<unsigned short*>(tile);
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        u32 w[8];
+                        decode_block16<O>(d[h], h ? fs1 : fs0, w);
+#pragma unroll
+                        for (int j = 0; j < 8; ++j) {
+                            half[2 * ((16 * mb + 2 * j) * WPR + col) + h] = (unsigned short)(w[j] & 0xFFFFu);
+                            half[2 * ((16 * mb + 2 * j + 1) * WPR + col) + h] = (unsigned short)(w[j] >> 16);
+                        }
+                    }
                 }
             } else {
                 float vals[16];
-                decode_block(cur.d[0], f32_mul(f32_mul(e4m3_to_f32(cur.s[0]), cur.a[0]), inv_six_e), vals);
+                decode_block(d[0], f32_mul(f32_mul(e4m3_to_f32(s[0]), a[0]), inv_six_e), vals);
                 const int col = (((kl >> 2) ^ (mb << 1)) << 2) | (kl & 3);  // swz(16mb + i) == 2mb
 #pragma unroll
-                for (int i = 0; i < 16; ++i) tiles[buf][(16 * mb + i) * WPR + col] = __float_as_uint(vals[i]);
+                for (int i = 0; i < 16; ++i) tile[(16 * mb + i) * WPR + col] = __float_as_uint(vals[i]);
             }
         }
-        __syncthreads();
-        // chunk ch of tile rows ml0 + RS * q: 16 / sizeof(O) outputs at (m0 + ml0 + RS * q, k). All chunks are
-        // read first (rows past M hold stale words, never stored), then stored: the shared loads overlap.
-        const int m = DM * tm + ml0, k = 64 * tk + ch * (16 / (int)sizeof(O));
-        uint4 v[DM / RS];
-#pragma unroll
-        for (int q = 0; q < DM / RS; ++q) {
-            const int ml = ml0 + RS * q;
-            v[q] = *reinterpret_cast<const uint4*>(&tiles[buf][ml * WPR + 4 * (ch ^ swz(ml))]);
-        }
-        uint4* dst = reinterpret_cast<uint4*>(out + (u64)(u32)m * (u32)K + (u32)k);
-#pragma unroll
-        for (int q = 0; q < DM / RS; ++q, dst += row_step)
-            if (k < K && m + RS * q < M) *dst = v[q];  // K % 16 == 0: chunks are whole
-        if (!more) break;
-        tm = nm;
-        tk = nk;
-        cur = nxt;
     }
+    __syncthreads();
+    // chunk ch of tile rows ml0 + RS * q: 16 / sizeof(O) outputs at (m0 + ml0 + RS * q, k). All chunks are
+    // read first (rows past M hold unwritten words, never stored), then stored: the shared loads overlap.
+    const int m = DM * tm + ml0, k = 64 * tk + ch * (16 / (int)sizeof(O));
+    uint4 v[DM / RS];
+#pragma unroll
+    for (int q = 0; q < DM / RS; ++q) {
+        const int ml = ml0 + RS * q;
+        const uint4 c = *reinterpret_cast<const uint4*>(&tile[ml * WPR + 4 * (ch ^ swz(ml))]);
+        // 16-bit, rows 128..255 (q >= 2): words 0, 1, 2, 3 of the chunk were stored at 2, 3, 0, 1
+        v[q] = sizeof(O) == 2 && (q >> 1) ? make_uint4(c.z, c.w, c.x, c.y) : c;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(out + (u64)(u32)m * (u32)K + (u32)k);
+#pragma unroll
+    for (int q = 0; q < DM / RS; ++q, dst += row_step)
+        if (k < K && m + RS * q < M) *dst = v[q];  // K % 16 == 0: chunks are whole
 }
 
 // ------------------------------------------------------------------ entry points
@@ -1248,9 +1253,10 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
 
 // Row-wise dequantize: 6 resident blocks (<= 40 registers) for 16-bit outputs, 8 (<= 32) for fp32.
 #define DEQ_ROWS_MINB(T) (sizeof(T) == 2 ? 6 : 8)
-// Column-wise dequantize (persistent, 32 KiB of shared memory per block): 5 resident blocks (<= 48 registers)
-// for 16-bit outputs, 6 (<= 40) for fp32; the launcher's grid is this many blocks per SM.
-#define DEQ_COLS_MINB(T) (sizeof(T) == 2 ? 5 : 6)
+// Column-wise dequantize (a block per tile; 16-bit outputs: 512 threads, 32 KiB of shared memory per block,
+// 4 resident blocks, <= 32 registers; fp32: THREADS threads, 16 KiB, 6 resident, <= 40 registers); the
+// launcher's grid is the number of tiles.
+#define DEQ_COLS_MINB(T) (sizeof(T) == 2 ? 4 : 6)
 
 #define NVFP4_INSTANTIATE(T, SUFFIX)                                                                            \
     NVFP4_QUANTIZE_ENTRY(T, SUFFIX, std, false, false, false, false, 3)                                           \
@@ -1268,7 +1274,7 @@ __device__ __forceinline__ void nvfp4_dequantize_cols_impl(const u8* __restrict_
         float inv_six_e, T* out) {                                                                              \
         nvfp4_dequantize_rows_impl<T>(data, R, C, scale, ld, amax, amax_per_row, inv_six_e, out);               \
     }                                                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS, DEQ_COLS_MINB(T)) nvfp4_dequantize_cols_##SUFFIX(                      \
+    extern "C" __global__ void __launch_bounds__(DEQ_COLS_THREADS(T), DEQ_COLS_MINB(T)) nvfp4_dequantize_cols_##SUFFIX(          \
         const u8* data, int K, int M, const u8* scale, int ld, const float* amax, int amax_per_row,             \
         float inv_six_e, T* out) {                                                                              \
         nvfp4_dequantize_cols_impl<T>(data, K, M, scale, ld, amax, amax_per_row, inv_six_e, out);               \

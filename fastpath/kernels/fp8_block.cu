@@ -98,11 +98,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
                                     int e5m2, float fmax, int pow2, float eps, float value_for_inf,
                                     u8* __restrict__ row_out, float* __restrict__ row_scale, int row_ld,
                                     u8* __restrict__ col_out, float* __restrict__ col_scale, int col_ld) {
-    // The transposed bytes use one 128 x 33-word tile; two are declared: at this footprint (42 KB a block, that of
-    // the earlier double-buffered form) the 1x128 kernel ran at 0.149-0.151 ms against 0.154 ms with one (25 KB),
-    // side by side in GPU run 14; the shared-memory carveout the driver picks follows the footprint.
-    __shared__ u32 tile_pair[2][TILE][33];
-    u32 (*tile)[33] = tile_pair[0];
+    __shared__ u32 tile[TILE][33];           // transposed bytes
     __shared__ float col_part[WARPS][8][16];  // 1D columns: [warp][j][cg], max over the warp's 8 rows of column 8*cg+j
     __shared__ __align__(16) float col_s[TILE];  // 1D column scales
     __shared__ float tile_part[WARPS];        // 2D: per-warp maxima

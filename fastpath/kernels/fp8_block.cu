@@ -14,17 +14,17 @@
 //
 // Kernels (suffix = input or output element type):
 //   fp8_block_quantize_{rows,cols,both,2d}_*
-//       one 128x128 tile per block, 512 threads, three blocks resident per SM (<= 40 registers), so
-//       that three tiles of loads are in flight per SM (a persistent form with the next tile loaded
-//       into registers kept one per block and reached 79-83 % of a copy, this form 85 % for 1x128 and
-//       92 % for 128x128: GPU runs 13-15); thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7.
-//       One pass over the values gives the thread's row and column maxima. A 1x128 row block is a
-//       half-warp: its 4 rows' maxima are reduced and scattered over the 16 lanes by 5 shuffles,
-//       lane l computes the scale of row l/4 only, 4 shuffles hand the scales out (no barrier); column amaxes (and the 2D tile amax) go
-//       through shared memory; the column-wise bytes are transposed in shared memory and written 16
-//       bytes per thread (2D: the row bytes, transposed 4x4 by byte permutes). Values are quantized four
-//       at a time (two cvt.rn.satfinite.*x2.f32, the same rounding per value), the fp8 format chosen by
-//       one uniform branch per site.
+//       one 128x128 tile per block, 512 threads, three blocks resident per SM (<= 40 registers), so that
+//       three tiles of loads are in flight per SM (a persistent form with the next tile loaded into
+//       registers kept one per block and reached 79-83 % of a copy, this form 85 % for 1x128 and 92 % for
+//       128x128: GPU runs 13-15); thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7. One pass over
+//       the values gives the thread's row and column maxima. A 1x128 row block is a half-warp: its 4 rows'
+//       maxima are reduced and scattered over the 16 lanes by 5 shuffles, lane l computes the scale of row
+//       l/4 only, 4 shuffles hand the scales out (no barrier); column amaxes (and the 2D tile amax) go
+//       through shared memory; the column-wise bytes are transposed in shared memory and written 16 bytes
+//       per thread (2D: the row bytes, transposed 4x4 by byte permutes). Values are quantized four at a time
+//       (two cvt.rn.satfinite.*x2.f32, the same rounding per value), the fp8 format chosen by one uniform
+//       branch per site.
 //   fp8_block_dequantize_*
 //       rows x 16-byte stores: each thread loads 4 rows of one vector of the data before storing.
 

@@ -274,26 +274,11 @@ __device__ void cast_transpose_impl(const T* __restrict__ x, int M, int K, int v
         }
     }
     if (col_out != nullptr) {
-        // col_words[j]: byte i = q of row 4 * rg + i, column 8 * cg + j (a 4x4 byte transpose per h).
+        // col_words[j]: byte i = q of row 4 * rg + i, column 8 * cg + j (a 4x4 byte transpose per half).
         u32 col_words[8];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const u32 a = __byte_perm(rw[0][h], rw[1][h], 0x5140);  // rows 0, 1 of columns 4h, 4h + 1
-            const u32 b = __byte_perm(rw[0][h], rw[1][h], 0x7362);  // rows 0, 1 of columns 4h + 2, 4h + 3
-            const u32 c = __byte_perm(rw[2][h], rw[3][h], 0x5140);  // rows 2, 3 of columns 4h, 4h + 1
-            const u32 d = __byte_perm(rw[2][h], rw[3][h], 0x7362);  // rows 2, 3 of columns 4h + 2, 4h + 3
-            col_words[4 * h + 0] = __byte_perm(a, c, 0x5410);
-            col_words[4 * h + 1] = __byte_perm(a, c, 0x7632);
-            col_words[4 * h + 2] = __byte_perm(b, d, 0x5410);
-            col_words[4 * h + 3] = __byte_perm(b, d, 0x7632);
-        }
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int c = 8 * cg + j;
-            tile[c][swizzle(c, rg)] = col_words[j];
-        }
-        __syncthreads();
-        store_transposed(tile, col_out, M, K, m0, k0, vec_col);
+        transpose4x4(rw[0][0], rw[1][0], rw[2][0], rw[3][0], col_words);
+        transpose4x4(rw[0][1], rw[1][1], rw[2][1], rw[3][1], col_words + 4);
+        store_col_words(tile, col_words, cg, rg, col_out, M, K, m0, k0, vec_col);
     }
     if (AMAX) {
         m = block_max(m);

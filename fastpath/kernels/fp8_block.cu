@@ -54,16 +54,6 @@ __device__ __forceinline__ float scale_from_amax(float a, float fmax, int pow2, 
 // ------------------------------------------------------------------ quantize
 #define WARPS (TILE_THREADS / 32)
 
-// 4x4 byte transpose: byte i of c[j] = byte j of r[i] (two PRMT stages).
-__device__ __forceinline__ void transpose4x4(u32 r0, u32 r1, u32 r2, u32 r3, u32* c) {
-    const u32 t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);  // r0.b0 r1.b0 r0.b1 r1.b1 | .b2 .b3
-    const u32 t2 = __byte_perm(r2, r3, 0x5140), t3 = __byte_perm(r2, r3, 0x7362);
-    c[0] = __byte_perm(t0, t2, 0x5410);
-    c[1] = __byte_perm(t0, t2, 0x7632);
-    c[2] = __byte_perm(t1, t3, 0x5410);
-    c[3] = __byte_perm(t1, t3, 0x7632);
-}
-
 // Q_F(RN(v_j * s)) of elements 4p..4p+3 of one row (raw words), packed little-endian.
 template <typename T, bool E5M2>
 __device__ __forceinline__ u32 quantize4(const u32* raw, int p, float s) {
@@ -229,15 +219,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
         const float cs[8] = {sa.x, sa.y, sa.z, sa.w, sb.x, sb.y, sb.z, sb.w};
         if (e5m2) quantize_cols<T, true>(raw, cs, col_words); else quantize_cols<T, false>(raw, cs, col_words);
     }
-    if (MODE != 1 && col_out != nullptr) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-            const int c = 8 * cg + j;
-            tile[c][swizzle(c, rg)] = col_words[j];
-        }
-        __syncthreads();
-        store_transposed(tile, col_out, M, K, m0, k0, vec_col);
-    }
+    if (MODE != 1 && col_out != nullptr) store_col_words(tile, col_words, cg, rg, col_out, M, K, m0, k0, vec_col);
 }
 
 // ------------------------------------------------------------------ dequantize

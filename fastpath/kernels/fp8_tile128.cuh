@@ -2,7 +2,8 @@
 // cast + transpose, fp8_block.cu): 512 threads, thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7 of
 // a tile; the transposed bytes go through a shared tile of words tile[c][r4] (rows 4*r4..+3 of column c),
 // rows padded to 33 words and the word index XOR-swizzled (swizzle), so that both its writes and its 16-byte
-// read-out are free of bank conflicts.
+// read-out are free of bank conflicts. A thread's 4 rows of bytes become its 8 column words by 4x4 byte
+// transposes (transpose4x4), which store_col_words puts through the shared tile.
 // fastpath._cuda inlines this file into each kernel source before NVRTC sees it.
 #pragma once
 
@@ -53,6 +54,16 @@ __device__ __forceinline__ void store_row_words(u8* __restrict__ out, int M, int
     }
 }
 
+// 4x4 byte transpose: byte i of c[j] = byte j of r[i] (two PRMT stages).
+__device__ __forceinline__ void transpose4x4(u32 r0, u32 r1, u32 r2, u32 r3, u32* c) {
+    const u32 t0 = __byte_perm(r0, r1, 0x5140), t1 = __byte_perm(r0, r1, 0x7362);  // r0.b0 r1.b0 r0.b1 r1.b1 | .b2 .b3
+    const u32 t2 = __byte_perm(r2, r3, 0x5140), t3 = __byte_perm(r2, r3, 0x7362);
+    c[0] = __byte_perm(t0, t2, 0x5410);
+    c[1] = __byte_perm(t0, t2, 0x7632);
+    c[2] = __byte_perm(t1, t3, 0x5410);
+    c[3] = __byte_perm(t1, t3, 0x7632);
+}
+
 // Write the transposed tile (column k of x becomes row k of the (K, M) output).
 __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __restrict__ out, int M, int K, int m0,
                                                  int k0, int vec_ok) {
@@ -78,4 +89,17 @@ __device__ __forceinline__ void store_transposed(const u32 (*tile)[33], u8* __re
                 if (m + b < M) dst[b] = (u8)(words[b >> 2] >> (8 * (b & 3)));
         }
     }
+}
+
+// Thread (cg, rg)'s column words (col_words[j]: rows 4*rg..+3 of tile column 8*cg+j) into the shared tile, a
+// barrier, then the whole transposed tile out.
+__device__ __forceinline__ void store_col_words(u32 (*tile)[33], const u32 (&col_words)[8], int cg, int rg,
+                                                u8* __restrict__ out, int M, int K, int m0, int k0, int vec_ok) {
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const int c = 8 * cg + j;
+        tile[c][swizzle(c, rg)] = col_words[j];
+    }
+    __syncthreads();
+    store_transposed(tile, out, M, K, m0, k0, vec_ok);
 }

@@ -1,8 +1,8 @@
 """GroupedLinear under every recipe: per-group quantized GEMMs and quantized weights (te-ops-semantics §4.13, §7).
 
-TE's method (§9.2), as in ``test_quantized_ops``: representable inputs, weights and grads, a float64
-per-split ``F.linear`` reference, TE's quantization tolerances. TE's split mix {0, 128, 256, 384},
-shuffled, with G = 4 and 128 x 128 weights.
+TE's method (§9.2), with the quantized basic-op tests' helpers (``_quantized``): representable
+inputs, weights and grads, a float64 per-split ``F.linear`` reference, TE's quantization
+tolerances. TE's split mix {0, 128, 256, 384}, shuffled, with G = 4 and 128 x 128 weights.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from refops.ops.sequential import Sequential
 from refops.quantization import QuantizedTensor, QuantizerRole
 from refops.testing import dtype_tols, gemm_tols
 
-from test_quantized_ops import (
+from _quantized import (
     RECIPES,
     assert_close,
     assert_exact,

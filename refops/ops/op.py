@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, NoReturn, Optional
 
 import torch
 
@@ -24,7 +24,7 @@ from .quantized_checkpoint import (
 )
 from .recipe_hooks import QuantizationHooks
 
-__all__ = ["OperationContext", "FusibleOperation", "BasicOperation", "FusedOperation"]
+__all__ = ["OperationContext", "FusibleOperation", "BasicOperation", "FuserOnlyOperation", "FusedOperation"]
 
 
 @dataclasses.dataclass
@@ -318,6 +318,23 @@ class BasicOperation(QuantizationHooks, ParameterLifecycle, FusibleOperation):
                 value = torch.empty(param.shape, dtype=param.dtype, device=device)
                 value.copy_(source)
                 self._place_parameter_value(name, value)
+
+
+class FuserOnlyOperation(BasicOperation):
+    """A basic op with extra tensor inputs or outputs: it runs only through :meth:`fuser_forward` and
+    :meth:`fuser_backward`, whose arguments carry the extra tensors; the per-op hooks cannot, so they raise."""
+
+    def op_forward(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._raise_for_op_hook("forward")
+
+    def op_backward(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._raise_for_op_hook("backward")
+
+    def _raise_for_op_hook(self, hook: str) -> NoReturn:
+        raise RuntimeError(
+            f"{type(self).__name__} has {self.num_extra_inputs} extra tensor inputs and {self.num_extra_outputs} "
+            f"extra tensor outputs, so it implements fuser_{hook} instead of op_{hook}"
+        )
 
 
 class FusedOperation(FusibleOperation):

@@ -13,9 +13,11 @@ import torch
 from refops.ops.basic.add_extra_input import AddExtraInput
 from refops.ops.basic.bias import Bias
 from refops.ops.basic.constant_scale import ConstantScale
+from refops.ops.basic.grouped_linear import GroupedLinear
 from refops.ops.basic.identity import Identity
 from refops.ops.basic.make_extra_output import MakeExtraOutput
 from refops.ops.fuser import OperationFuser
+from refops.ops.op import FuserOnlyOperation
 from refops.ops.sequential import Sequential
 
 EXACT = dict(rtol=0, atol=0)
@@ -238,3 +240,17 @@ def test_rebinding_keeps_the_last_channel(device, size=4):
     y, a, b = fuser(x)
     torch.testing.assert_close(y, 2 * x, **EXACT)
     assert a.data_ptr() == b.data_ptr() == x.data_ptr()
+
+
+# -------------------------------------------------- ops that run only through the fuser
+@pytest.mark.parametrize("make_op", [AddExtraInput, MakeExtraOutput, lambda: GroupedLinear(2, 8, 8, device="meta")],
+                         ids=["AddExtraInput", "MakeExtraOutput", "GroupedLinear"])
+def test_ops_with_extra_tensors_refuse_the_per_op_hooks(make_op):
+    """Their extra tensors travel only through fuser_forward / fuser_backward: op_forward / op_backward say so."""
+    op = make_op()
+    assert isinstance(op, FuserOnlyOperation)
+    name = type(op).__name__
+    with pytest.raises(RuntimeError, match=f"^{name} has .* so it implements fuser_forward instead of op_forward"):
+        op.op_forward(None, torch.zeros(2, 8), prev_op_grad_output_quantizer=None, next_op_input_quantizer=None)
+    with pytest.raises(RuntimeError, match=f"^{name} has .* so it implements fuser_backward instead of op_backward"):
+        op.op_backward(None, torch.zeros(2, 8))

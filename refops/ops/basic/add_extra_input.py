@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NoReturn, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 
 from .._common import maybe_dequantize
-from ..op import BasicOperation, OperationContext
+from ..op import FuserOnlyOperation, OperationContext
 
 __all__ = ["AddExtraInput"]
 
@@ -30,14 +30,7 @@ def check_same_layout(op_name: str, what: str, tensor: torch.Tensor, like: torch
         raise ValueError(f"{op_name}: {what} is on {tensor.device} but {like_name} is on {like.device}")
 
 
-def _raise_extra_tensor_hooks(op: BasicOperation, hook: str) -> NoReturn:
-    raise RuntimeError(
-        f"{type(op).__name__} has {op.num_extra_inputs} extra tensor inputs and {op.num_extra_outputs} "
-        f"extra tensor outputs, so it implements fuser_{hook} instead of op_{hook}"
-    )
-
-
-class AddExtraInput(BasicOperation):
+class AddExtraInput(FuserOnlyOperation):
     """``y = x + e`` where ``e`` is the op's one extra input. Backward: ``dx = dy``, ``de = dy``.
 
     ``e`` must have the input's shape, dtype and device. With ``in_place=True``
@@ -59,12 +52,6 @@ class AddExtraInput(BasicOperation):
     def __init__(self, *, in_place: bool = False) -> None:
         super().__init__()
         self._in_place = in_place
-
-    def op_forward(self, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise_extra_tensor_hooks(self, "forward")
-
-    def op_backward(self, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise_extra_tensor_hooks(self, "backward")
 
     def fuser_forward(
         self,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import Any, Callable, NoReturn, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -13,10 +13,9 @@ from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.quantizer import QuantizerRole
 from ...quantization.state import get_autocast_recipe
 from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
-from ..op import BasicOperation, OperationContext
+from ..op import FuserOnlyOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
 from ..quantized_weights import QuantizedWeights
-from .add_extra_input import _raise_extra_tensor_hooks
 from .grouped_linear_buffers import (
     GRAD_INPUT_BUFFER_KEY,
     OUTPUT_BUFFER_KEY,
@@ -29,7 +28,7 @@ from .grouped_linear_wgrad import DelayedWeightGrads, bias_grads, main_grad_targ
 __all__ = ["GroupedLinear", "OUTPUT_BUFFER_KEY", "GRAD_INPUT_BUFFER_KEY"]
 
 
-class GroupedLinear(DelayedWeightGrads, QuantizedWeights, BasicOperation):
+class GroupedLinear(DelayedWeightGrads, QuantizedWeights, FuserOnlyOperation):
     r"""``y_g = x_g W_g^T + b_g`` for ``G`` groups of consecutive input rows.
 
     The input (any leading shape, last dim ``in_features``) is flattened to rows.
@@ -249,12 +248,6 @@ class GroupedLinear(DelayedWeightGrads, QuantizedWeights, BasicOperation):
         return quantizer(rows) if rows.shape[0] > 0 else rows
 
     # ---------------------------------------------------------------- forward
-    def op_forward(self, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise_extra_tensor_hooks(self, "forward")
-
-    def op_backward(self, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise_extra_tensor_hooks(self, "backward")
-
     def fuser_forward(
         self,
         basic_op_ctxs: list[OperationContext],

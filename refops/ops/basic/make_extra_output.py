@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterable, NoReturn, Optional
+from typing import Any, Iterable, Optional
 
 import torch
 
 from ...quantization.quantized_tensor import QuantizedTensor
 from .._common import maybe_dequantize
-from ..op import BasicOperation, OperationContext
-from .add_extra_input import _raise_extra_tensor_hooks
+from ..op import FuserOnlyOperation, OperationContext
 
 __all__ = ["MakeExtraOutput"]
 
@@ -18,7 +17,7 @@ def _shares_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-class MakeExtraOutput(BasicOperation):
+class MakeExtraOutput(FuserOnlyOperation):
     """``y = x`` and extra output ``x``: both are the input tensor itself, not copies.
 
     Backward, with ``g`` the grad of the extra output (None if it was unused):
@@ -43,12 +42,6 @@ class MakeExtraOutput(BasicOperation):
     def __init__(self, *, in_place: bool = False) -> None:
         super().__init__()
         self._in_place = in_place
-
-    def op_forward(self, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise_extra_tensor_hooks(self, "forward")
-
-    def op_backward(self, *args: Any, **kwargs: Any) -> NoReturn:
-        _raise_extra_tensor_hooks(self, "backward")
 
     def fuser_forward(
         self,

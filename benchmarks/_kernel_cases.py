@@ -2,7 +2,8 @@
 
 Each case is a backend method and its arguments, built outside the timed region.
 Bytes = the distinct input tensors read plus the distinct output tensors
-written (an output that is an input, or the same tensor twice, counts once).
+written (an output that is an input, or the same tensor twice, counts once); an
+argument the kernel never reads (``Case.unread``) is not charged.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from _timing import median_ms, tensors_in, unique_bytes
 from refops.kernels import ReferenceKernels
 
-__all__ = ["KernelResult", "measure_copy", "kernel_cases", "run_cases"]
+__all__ = ["Case", "KernelResult", "charged_bytes", "measure_copy", "kernel_cases", "run_cases"]
 
 E4M3, E5M2 = torch.float8_e4m3fn, torch.float8_e5m2
 
@@ -48,6 +49,15 @@ class Case:
     kwargs: dict
     #: what to time instead of the backend method (one kernel of a multi-kernel method), called as the method is
     fn: Callable[..., Any] | None = None
+    #: positions in ``args`` of tensors the kernel never reads (x of the identity's backward): not charged
+    unread: tuple[int, ...] = ()
+
+
+def charged_bytes(case: Case, result: Any) -> int:
+    """Bytes a call of ``case`` must move: the distinct tensors it reads, plus its distinct new outputs."""
+    read = tuple(a for i, a in enumerate(case.args) if i not in case.unread)
+    inputs = tensors_in((case.args, case.kwargs))
+    return unique_bytes((read, case.kwargs)) + unique_bytes(result, exclude=list(inputs))
 
 
 def measure_copy(x: torch.Tensor) -> KernelResult:
@@ -66,8 +76,7 @@ def implementation(backend: Any, method: str) -> str:
 def measure_case(backend: Any, case: Case) -> KernelResult:
     fn = case.fn or getattr(backend, case.method)
     result = fn(*case.args, **case.kwargs)
-    inputs = (case.args, case.kwargs)
-    moved = unique_bytes(inputs) + unique_bytes(result, exclude=list(tensors_in(inputs)))
+    moved = charged_bytes(case, result)
     del result
     ms, reps = median_ms(lambda: fn(*case.args, **case.kwargs))
     impl = "fastpath" if case.fn is not None else implementation(backend, case.method)
@@ -188,7 +197,8 @@ def _activation_cases(x: torch.Tensor, activations: tuple[str, ...], params: dic
         dy = dy_half if act in GATED_ACTIVATIONS else dy_full
         cases += [
             Case(f"{act} forward", "activation", "activation_forward", (x, act), p),
-            Case(f"{act} backward", "activation", "activation_backward", (dy, x, act), p),
+            Case(f"{act} backward", "activation", "activation_backward", (dy, x, act), p,
+                 unread=(1,) if act == "identity" else ()),  # the identity's derivative never reads x
             Case(f"bias + {act} forward", "bias+activation", "bias_activation_forward", (x, bias, act), p),
         ]
     for act in ("gelu", "relu"):  # the BackwardActivationBias fusion

@@ -1,4 +1,4 @@
-"""The GPU-only scripts under ``benchmarks/`` say why they measure nothing on a machine without a GPU.
+"""The scripts under ``benchmarks/``: without a GPU they say why they measure nothing; the byte count they report.
 
 A benchmark or diagnostic that cannot run exits with a clear message instead of a traceback. The two
 measuring scripts exit 0 (nothing to measure is not an error in a CPU job). The profiling driver exits 1,
@@ -7,6 +7,7 @@ because a profiler run that profiled nothing failed.
 
 from __future__ import annotations
 
+import dataclasses
 import pathlib
 import subprocess
 import sys
@@ -16,9 +17,7 @@ import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these scripts measure for minutes")
-
-
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these scripts measure for minutes")
 @pytest.mark.parametrize(
     ("script", "args", "returncode", "message"),
     [
@@ -35,3 +34,19 @@ def test_script_without_a_gpu_says_why(script, args, returncode, message, tmp_pa
     assert done.returncode == returncode, done.stdout + done.stderr
     assert message in done.stdout, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
+
+
+def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
+    """Bytes of a case: distinct tensors read (not those listed as unread) plus distinct new outputs."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _kernel_cases import Case, charged_bytes
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    dy, x = torch.zeros(4, 8), torch.zeros(4, 8)  # 128 bytes each
+    dx = torch.zeros(4, 8)
+    case = Case("backward", "activation", "activation_backward", (dy, x, "relu"), {})
+    assert charged_bytes(case, dx) == 3 * 128
+    assert charged_bytes(dataclasses.replace(case, unread=(1,)), dx) == 2 * 128
+    assert charged_bytes(case, dy) == 2 * 128  # an output that is an input counts once
+    assert charged_bytes(Case("same", "x", "m", (dy, dy), {}), (dx, dx)) == 2 * 128

@@ -1,9 +1,9 @@
 #!/bin/bash
-# GPU run 16 (prepared 2026-11-30, not yet run): (a) the np3 form of FP8 block quantize and the two-FMA LayerNorm
+# GPU run 16 (2026-11-30): (a) the np3 form of FP8 block quantize and the two-FMA LayerNorm
 # backward (lnfma), each checked in a scratch copy of the tree with the variant in place (its differential tests,
 # memcheck and racecheck over its smoke cases); (b) both timed beside the tree, with the LayerNorm-backward
 # diagnostic lnnodb (timing only: its dbias is wrong) and RMSNorm backward.
-# Build the variants first (CPU): python3 benchmarks/results/h200-next-run16/make_variants.py; carry _variants.
+# Build the variants first (CPU): python3 benchmarks/results/h200-2026-11-30-run16/make_variants.py; carry _variants.
 set -o pipefail
 OUT=${1:?output directory}
 export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache

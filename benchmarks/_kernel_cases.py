@@ -52,6 +52,11 @@ class Case:
     #: positions in ``args`` of tensors the kernel never reads (x of the identity's backward): not charged
     unread: tuple[int, ...] = ()
 
+    def callable_on(self, backend: Any) -> Callable[[], Any]:
+        """The call this case times: ``fn`` when given (one kernel of a method), else the backend's method."""
+        fn = self.fn or getattr(backend, self.method)
+        return lambda: fn(*self.args, **self.kwargs)
+
 
 def charged_bytes(case: Case, result: Any) -> int:
     """Bytes a call of ``case`` must move: the distinct tensors it reads, plus its distinct new outputs."""
@@ -74,11 +79,11 @@ def implementation(backend: Any, method: str) -> str:
 
 
 def measure_case(backend: Any, case: Case) -> KernelResult:
-    fn = case.fn or getattr(backend, case.method)
-    result = fn(*case.args, **case.kwargs)
+    call = case.callable_on(backend)
+    result = call()
     moved = charged_bytes(case, result)
     del result
-    ms, reps = median_ms(lambda: fn(*case.args, **case.kwargs))
+    ms, reps = median_ms(call)
     impl = "fastpath" if case.fn is not None else implementation(backend, case.method)
     return KernelResult(case.name, case.family, case.method, impl, ms, reps, moved)
 

@@ -35,7 +35,7 @@ def main(wanted: list[str]) -> int:
     cases = kernel_cases(backend, x, UNARY_ACTIVATIONS + GATED_ACTIVATIONS, ACTIVATION_PARAMS)
     for case in cases:
         if any(w in case.name for w in wanted):
-            getattr(backend, case.method)(*case.args, **case.kwargs)
+            case.callable_on(backend)()
             torch.cuda.synchronize()
             print("ran", case.name, flush=True)
     return 0

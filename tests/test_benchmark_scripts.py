@@ -50,3 +50,24 @@ def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
     assert charged_bytes(dataclasses.replace(case, unread=(1,)), dx) == 2 * 128
     assert charged_bytes(case, dy) == 2 * 128  # an output that is an input counts once
     assert charged_bytes(Case("same", "x", "m", (dy, dy), {}), (dx, dx)) == 2 * 128
+
+
+def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method():
+    """Benchmark and profiler call ``Case.fn`` (one kernel of a multi-kernel method) where it is given."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from _kernel_cases import Case
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    class Backend:
+        def quantize(self, x, *, scale):
+            return ("method", x, scale)
+
+    def first_kernel(x, *, scale):
+        return ("kernel", x, scale)
+
+    method_case = Case("whole", "quantize", "quantize", (3,), {"scale": 2})
+    assert method_case.callable_on(Backend())() == ("method", 3, 2)
+    kernel_case = dataclasses.replace(method_case, fn=first_kernel)
+    assert kernel_case.callable_on(Backend())() == ("kernel", 3, 2)

@@ -3,7 +3,7 @@
 # with the variant in place (norm differential tests; memcheck (and for p2s racecheck) over its LayerNorm tests on 8x4096 and 64x8192, the rows
 # the new kernel takes; the
 # three checked side by side), timed beside the tree twice, and Nsight Compute on the tree's and p2s's kernels.
-# Build the variants first (CPU): python3 benchmarks/results/h200-next-run18/make_variants.py; carry _variants.
+# Build the variants first (CPU): python3 benchmarks/results/h200-2026-11-30-run18/make_variants.py; carry _variants.
 set -o pipefail
 OUT=${1:?output directory}
 export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache

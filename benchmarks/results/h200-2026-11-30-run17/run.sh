@@ -2,13 +2,13 @@
 # GPU run 17: the norm variants of make_variants.py (checked: lnc2's norm tests and memcheck in a scratch copy;
 # l1 only changes prefetch hints), timed beside the tree twice; then Nsight Compute on the tree's LayerNorm and
 # RMSNorm backward and NVFP4 pass 2 (1x16 row+col), with the SASS lines that stall most.
-# Build the variants first (CPU): python3 benchmarks/results/h200-next-run17/make_variants.py; carry _variants.
+# Build the variants first (CPU): python3 benchmarks/results/h200-2026-11-30-run17/make_variants.py; carry _variants.
 set -o pipefail
 OUT=${1:?output directory}
 export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache
 python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 ROOT=$PWD
-HERE=benchmarks/results/h200-next-run17
+HERE=benchmarks/results/h200-2026-11-30-run17
 v=lnc2; S=/tmp/scratch_$v
 rm -rf $S && mkdir -p $S && cp -r refops tests benchmarks pyproject.toml $S/ && cp -r _variants/$v/fastpath $S/fastpath
 (

@@ -1,4 +1,4 @@
-"""Build the variants of GPU run 18 (prepared 2026-11-30). Run from the repository root.
+"""Build the variants of GPU run 18 (2026-11-30). Run from the repository root.
 
 LayerNorm backward at 16384 x 8192 bf16 runs 256-thread blocks, a block per row, 32 elements per thread, two
 blocks (16 warps) per SM (128 registers). These variants give rows of 4097-8192 fp16/bf16 (2049-4096 fp32)

@@ -1,4 +1,4 @@
-"""Build the variants of GPU run 17 (prepared 2026-11-30). Run from the repository root.
+"""Build the variants of GPU run 17 (2026-11-30). Run from the repository root.
 
 _variants/l1: every norm kernel asks for its next row's lines with prefetch.global.L1 instead of .L2, so that a
     row's first loads hit L1 (next to the SM) rather than L2. A hint only: results cannot change.

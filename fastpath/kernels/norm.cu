@@ -46,6 +46,34 @@ enum Kind { LAYER = 0, RMS = 1, L2 = 2 };
 // a call writes its buffer only after the previous call's barrier, which every
 // thread passes after reading the buffer of the call before, so one barrier a call.
 #define MAX_BLOCK_WARPS 16  // blocks of at most 512 threads
+
+// 0 + p[0] + p[1] + ... + p[W-1], in that order.
+template <int W>
+__device__ __forceinline__ float sum_in_order(const float* p) {
+  float s = 0.0f;
+#pragma unroll
+  for (int w = 0; w < W; ++w) s += p[w];
+  return s;
+}
+
+// The same sum over `warps` partials. Rows of more than one warp have 2, 4, 8 or 16 warps: each count gets code
+// unrolled at compile time; a loop with a runtime bound serves any other count. With that loop alone, LayerNorm
+// backward's row sums took about 200 instructions per warp and row, 18 % of the kernel's, most of them the loop's
+// (GPU run 20); unrolled, the kernel ran 3 % faster.
+__device__ __forceinline__ float sum_partials(const float* p, int warps) {
+  switch (warps) {
+    case 2: return sum_in_order<2>(p);
+    case 4: return sum_in_order<4>(p);
+    case 8: return sum_in_order<8>(p);
+    case 16: return sum_in_order<16>(p);
+    default: {
+      float s = 0.0f;
+      for (int w = 0; w < warps; ++w) s += p[w];
+      return s;
+    }
+  }
+}
+
 template <int NV>
 __device__ __forceinline__ void row_sums(float (&v)[NV], int& parity) {
   __shared__ float partial[2][NV][MAX_BLOCK_WARPS];  // [buffer][value][threadIdx.y * warps + warp of the row]
@@ -64,11 +92,7 @@ __device__ __forceinline__ void row_sums(float (&v)[NV], int& parity) {
   }
   __syncthreads();
 #pragma unroll
-  for (int i = 0; i < NV; ++i) {
-    float s = 0.0f;
-    for (int w = 0; w < warps; ++w) s += buf[i][threadIdx.y * warps + w];
-    v[i] = s;
-  }
+  for (int i = 0; i < NV; ++i) v[i] = sum_partials(buf[i] + threadIdx.y * warps, warps);
 }
 
 // gamma = weight, or 1 + weight when zero-centered (the reference's weight32 + 1.0).

@@ -17,7 +17,7 @@
 //       one 128x128 tile per block, 512 threads, three blocks resident per SM (<= 40 registers), so that
 //       three tiles of loads are in flight per SM (a persistent form with the next tile loaded into
 //       registers kept one per block and reached 79-83 % of a copy, this form 88 % for 1x128 and 92 % for
-//       128x128: GPU runs 12 and 14); thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7. One pass over
+//       128x128: GPU runs 12, 14, 16, 19); thread t owns rows 4*(t/16)..+3 and columns 8*(t%16)..+7. One pass over
 //       the values gives the thread's row and column maxima. A 1x128 row block is a half-warp: its 4 rows'
 //       maxima are reduced and scattered over the 16 lanes by 5 shuffles, lane l computes the scale of row
 //       l/4 only, 4 shuffles hand the scales out (no barrier); column amaxes (and the 2D tile amax) go

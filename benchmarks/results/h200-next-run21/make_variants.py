@@ -9,10 +9,10 @@ _variants/rowptr: the tree with row_pointer.patch applied to fastpath/kernels/no
     (CUDA 13.0, sm_90): layer_norm_bwd 1584 -> 1488 instructions, rms_norm_bwd 1160 -> 1064, l2_norm_bwd
     1152 -> 1056, layer_norm_fwd 1600 -> 1520, rms_norm_fwd 1000 -> 880. Results cannot change: only addresses are
     formed differently.
-_variants/rowptrc2: rowptr with lnc2_after_row_pointer.patch, run 17's lnc2 form of LayerNorm backward's dx, fma(-c2, x - mean, rstd * (g - mean_g))
-    with c2 = rstd * rstd * mean_gx once per row: two operations fewer per element (run 17: 2 % faster, norm tests
-    pass). It leaves the reference's formula: take it only if it is what brings LayerNorm backward to 80 %, and then
-    say so in norm.cu's header and docs/benchmarks.md.
+_variants/rowptrc2: rowptr with lnc2_after_row_pointer.patch, run 17's lnc2 form of LayerNorm backward's dx,
+    fma(-c2, x - mean, rstd * (g - mean_g)) with c2 = rstd * rstd * mean_gx once per row: two operations fewer per
+    element (run 17: 2 % faster, norm tests pass). It leaves the reference's formula: take it only if it is what
+    brings LayerNorm backward to 80 %, and then say so in norm.cu's header and docs/benchmarks.md.
 """
 import pathlib
 import shutil

@@ -4,8 +4,10 @@
 CUDA events, with the GEMM path each recipe takes (``fastpath.gemm.GEMM_PATHS``)
 and the ``torch._scaled_mm`` calls actually made per step.
 (c) the same pipeline at a tiny size, where the GPU work is negligible: CPU time
-per fuser forward (no synchronization inside the loop), and a cProfile
-breakdown of where that time goes.
+per fuser forward (no synchronization inside the loop; the median of batches),
+a cProfile breakdown of where that time goes, and a probe of the machine's own
+host speed (torch's allocation and dispatch of small tensors), since host times
+of the same code move by 2x between machine instances.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import cProfile
 import dataclasses
 import pstats
+import statistics
 import time
 from typing import Any, Callable, Iterator, Optional
 
@@ -34,7 +37,8 @@ from refops.recipe import (
     NVFP4BlockScaling,
 )
 
-__all__ = ["PIPELINE_CASES", "HOST_CASES", "measure_pipeline", "measure_host"]
+__all__ = ["PIPELINE_CASES", "HOST_CASES", "measure_pipeline", "measure_host", "host_speed_probe_us",
+           "median_of_batches"]
 
 #: (label, backend, recipe class or None, GEMM_PATHS key)
 PIPELINE_CASES = [
@@ -128,10 +132,48 @@ def measure_pipeline(label: str, backend: str, recipe_cls: Optional[type], path_
 @dataclasses.dataclass
 class HostResult:
     label: str
-    us_per_forward: float
+    us_per_forward: float  # the median over batches of a batch's mean
     forwards: int
     top_functions: list[dict[str, Any]]
     by_area: dict[str, float]
+    spread_pct: float = 0.0  # (slowest batch - fastest batch) / median, in percent
+    batches: int = 1
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_of_batches(fn: Callable[[], Any], calls: int, batches: int) -> tuple[float, float]:
+    """Median over ``batches`` batches of the mean microseconds per ``fn()`` call, and the batches' spread in %."""
+    per_batch = max(1, calls // batches)
+    means = []
+    for _ in range(batches):
+        start = time.perf_counter()
+        for _ in range(per_batch):
+            fn()
+        means.append(1e6 * (time.perf_counter() - start) / per_batch)
+    mid = statistics.median(means)
+    return mid, 100.0 * (max(means) - min(means)) / mid
+
+
+def host_speed_probe_us(device: torch.device, calls: int = 2000, batches: int = 5) -> float:
+    """Microseconds for a fixed piece of host work: allocate two small tensors on ``device`` and add them.
+
+    It involves no refops code, so it tells how fast this machine runs torch's allocator and dispatcher, which
+    the fuser's forward leans on; host times of different runs compare through it.
+    """
+    def work() -> torch.Tensor:
+        a = torch.empty(32, 64, dtype=torch.bfloat16, device=device)
+        return torch.add(a, torch.empty_like(a))
+
+    for _ in range(50):
+        work()
+    _sync(device)
+    us, _ = median_of_batches(work, calls, batches)
+    _sync(device)
+    return us
 
 
 def _area(filename: str, func: str) -> str:
@@ -150,7 +192,7 @@ def _area(filename: str, func: str) -> str:
 
 
 def measure_host(label: str, backend: str, recipe_cls: Optional[type], *, device: torch.device,
-                 forwards: int = 300, profiled: int = 100, top: int = 15) -> HostResult:
+                 forwards: int = 300, batches: int = 5, profiled: int = 100, top: int = 15) -> HostResult:
     """CPU time per forward of a tiny pipeline (GPU work negligible), and its cProfile breakdown."""
     torch.manual_seed(0)
     model = build_pipeline(64, 256, torch.bfloat16, device)
@@ -163,19 +205,16 @@ def measure_host(label: str, backend: str, recipe_cls: Optional[type], *, device
 
     for _ in range(20):  # compile kernels, build the fuser
         forward()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(forwards):
-        forward()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
+    _sync(device)
+    us_per_forward, spread = median_of_batches(forward, forwards, batches)
+    _sync(device)
 
     profile = cProfile.Profile()
     profile.enable()
     for _ in range(profiled):
         forward()
     profile.disable()
-    torch.cuda.synchronize()
+    _sync(device)
     stats = pstats.Stats(profile)
     rows = []
     by_area: dict[str, float] = {}
@@ -187,7 +226,7 @@ def measure_host(label: str, backend: str, recipe_cls: Optional[type], *, device
                      "us_cumulative_per_forward": 1e6 * cumtime / profiled})
     rows.sort(key=lambda r: -r["us_self_per_forward"])
     per_forward = {k: round(1e6 * v / profiled, 1) for k, v in sorted(by_area.items(), key=lambda kv: -kv[1])}
-    return HostResult(label, 1e6 * elapsed / forwards, forwards, rows[:top], per_forward)
+    return HostResult(label, us_per_forward, forwards, rows[:top], per_forward, spread, batches)
 
 
 def run_pipeline_cases(log: Callable[[str], None], **sizes: Any) -> list[PipelineResult]:
@@ -214,6 +253,7 @@ def run_host_cases(log: Callable[[str], None], device: torch.device) -> list[Hos
         except Exception as exc:
             log(f"  {label}: FAILED ({type(exc).__name__}: {exc})")
             continue
-        log(f"  {label:<36} {result.us_per_forward:8.1f} us/forward; self time by area: {result.by_area}")
+        log(f"  {label:<36} {result.us_per_forward:8.1f} us/forward (batches spread {result.spread_pct:.0f} %); "
+            f"self time by area: {result.by_area}")
         results.append(result)
     return results

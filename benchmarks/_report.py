@@ -65,9 +65,16 @@ def write_markdown(path: pathlib.Path, data: dict[str, Any]) -> None:
     if host:
         lines += ["## Host time per fuser forward", "",
                   "Tiny pipeline (hidden 64, ffn 256, 32 tokens): CPU time per forward, no synchronization in "
-                  "the loop; the GPU work is negligible.", ""]
-        lines += _table(["case", "us / forward", "self time by area (us / forward)"],
-                        [[h["label"], f"{h['us_per_forward']:.1f}",
+                  "the loop; the GPU work is negligible. The median over batches of forwards; the spread is "
+                  "(slowest batch - fastest) / median.", ""]
+        probe = data.get("host_probe_us")
+        if probe:
+            lines += [f"Host speed probe of this machine: {probe:.2f} us to allocate two small tensors and add "
+                      "them (no refops code). Host times of runs on different machines compare through "
+                      "'forward / probe'.", ""]
+        lines += _table(["case", "us / forward", "spread", "forward / probe", "self time by area (us / forward)"],
+                        [[h["label"], f"{h['us_per_forward']:.1f}", f"{h.get('spread_pct', 0.0):.0f} %",
+                          f"{h['us_per_forward'] / probe:.0f}" if probe else "-",
                           ", ".join(f"{k}: {v}" for k, v in h["by_area"].items())] for h in host])
         for h in host:
             lines += [f"### cProfile, {h['label']}: top functions by self time", ""]

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     import cupy
 
     from _kernel_cases import kernel_cases, measure_copy, run_cases
-    from _pipeline import run_host_cases, run_pipeline_cases
+    from _pipeline import host_speed_probe_us, run_host_cases, run_pipeline_cases
     from _report import write_json, write_markdown, write_roofline
     from fastpath.elementwise import GATED_ACTIVATIONS, UNARY_ACTIVATIONS
     from refops.kernels import get_backend, register_backend
@@ -120,6 +120,8 @@ def main(argv=None) -> int:
                                               ffn=sizes["ffn"], reps=sizes["pipeline_reps"], device=device)
     if "host" in parts:
         log("(c) host time per fuser forward (tiny pipeline)")
+        data["host_probe_us"] = round(host_speed_probe_us(device), 2)
+        log(f"  host speed probe (two small tensors allocated and added): {data['host_probe_us']:.2f} us")
         data["host"] = run_host_cases(log, device)
     data["meta"]["seconds"] = round(time.perf_counter() - started, 1)
     write_json(args.out / "fastpath_bench.json", data)

@@ -71,3 +71,52 @@ def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method
     assert method_case.callable_on(Backend())() == ("method", 3, 2)
     kernel_case = dataclasses.replace(method_case, fn=first_kernel)
     assert kernel_case.callable_on(Backend())() == ("kernel", 3, 2)
+
+
+def _benchmark_module(name: str):
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_host_time_is_the_median_of_batch_means_with_their_spread(monkeypatch):
+    """A slow batch (a busy machine for a moment) moves the spread, not the figure."""
+    pipeline = _benchmark_module("_pipeline")
+    clock = {"now": 0.0, "calls": 0}
+    batch_costs_s = [10e-6, 10e-6, 40e-6, 12e-6, 10e-6]  # per call, by batch of 3 calls
+
+    def call():
+        clock["now"] += batch_costs_s[clock["calls"] // 3]
+        clock["calls"] += 1
+
+    monkeypatch.setattr(pipeline.time, "perf_counter", lambda: clock["now"])
+    median_us, spread_pct = pipeline.median_of_batches(call, calls=15, batches=5)
+    assert clock["calls"] == 15
+    assert median_us == pytest.approx(10.0)
+    assert spread_pct == pytest.approx(300.0)  # (40 - 10) / 10
+
+
+def test_host_time_of_the_reference_pipeline_runs_on_cpu():
+    """The host measurement itself needs no GPU: on CPU it times the reference backend's forward."""
+    pipeline = _benchmark_module("_pipeline")
+    result = pipeline.measure_host("reference, bf16", "reference", None, device=torch.device("cpu"),
+                                   forwards=8, batches=4, profiled=2)
+    assert result.us_per_forward > 0 and result.batches == 4 and result.spread_pct >= 0
+    assert "refops/ops" in result.by_area  # the profile sees the fuser's ops
+    assert pipeline.host_speed_probe_us(torch.device("cpu"), calls=20, batches=2) > 0
+
+
+def test_the_report_puts_host_times_beside_the_machine_probe(tmp_path):
+    report = _benchmark_module("_report")
+    data = {"meta": {"device": "cpu", "torch": "x", "cupy": "y", "date": "d", "kernel_shape": [2, 2],
+                     "kernel_mib": 0.0},
+            "host_probe_us": 4.0,
+            "host": [{"label": "fastpath, bf16", "us_per_forward": 600.0, "spread_pct": 3.0,
+                      "by_area": {"fastpath": 300.0}, "top_functions": []}]}
+    path = tmp_path / "bench.md"
+    report.write_markdown(path, data)
+    text = path.read_text()
+    assert "Host speed probe of this machine: 4.00 us" in text
+    assert "| fastpath, bf16 | 600.0 | 3 % | 150 | fastpath: 300.0 |" in text

@@ -13,3 +13,16 @@ F=tests/fastpath/test_norms_differential.py
 check_variant rowptr $OUT $F -- $F -k "1000 or 4096 or 8192"
 check_variant rowptrc2 $OUT $F  # the same addresses as rowptr; only LayerNorm backward's dx formula differs
 time_variants $OUT/ab.log '"LayerNorm" "RMSNorm" "L2Normalization"' tree rowptr rowptrc2 tree rowptr rowptrc2
+# Where NVFP4's instructions go (for the next NVFP4 work): source counters of pass 2 (1x16 row+col) and of the
+# RHT amax pass 1, cut by run 20's sass_counts.py (every executed SASS line with its count; opcode histogram).
+export PYTHONPATH=$PWD
+FASTPATH_LINEINFO=1 timeout 150 ncu --target-processes all -o /tmp/prof_nvfp4 -f \
+    -k 'regex:^(nvfp4_quantize_std_bf16|nvfp4_rht_amax_bf16)' --section SourceCounters --section InstructionStats \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats \
+    python3 benchmarks/profile_cases.py "nvfp4 1x16 row+col (x), pass 2" "nvfp4 pass 1: amax + RHT amax" \
+    > $OUT/ncu_nvfp4.txt 2>&1
+echo "ncu: rc=$?"
+ncu -i /tmp/prof_nvfp4.ncu-rep --print-summary none >> $OUT/ncu_nvfp4.txt 2>&1
+ncu -i /tmp/prof_nvfp4.ncu-rep --page source --csv --print-source sass > /tmp/source_nvfp4.csv 2>>$OUT/ncu_nvfp4.txt
+python3 benchmarks/results/h200-2026-11-30-run20/sass_counts.py /tmp/source_nvfp4.csv > $OUT/sass_counts_nvfp4.txt 2>&1
+grep -E "^==|^-- total" $OUT/sass_counts_nvfp4.txt

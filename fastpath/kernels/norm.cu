@@ -40,13 +40,6 @@ __device__ __forceinline__ void prefetch_l1(const void* p) { asm volatile("prefe
 
 enum Kind { LAYER = 0, RMS = 1, L2 = 2 };
 
-// Sums of v[0..NV) over the blockDim.x threads sharing a row, in every one of them.
-// Every thread of the block calls it the same number of times (the row loops are
-// uniform per block) with its own `parity`. Calls alternate between two buffers:
-// a call writes its buffer only after the previous call's barrier, which every
-// thread passes after reading the buffer of the call before, so one barrier a call.
-#define MAX_BLOCK_WARPS 16  // blocks of at most 512 threads
-
 // 0 + p[0] + p[1] + ... + p[W-1], in that order.
 template <int W>
 __device__ __forceinline__ float sum_in_order(const float* p) {
@@ -74,6 +67,12 @@ __device__ __forceinline__ float sum_partials(const float* p, int warps) {
   }
 }
 
+// Sums of v[0..NV) over the blockDim.x threads sharing a row, in every one of them.
+// Every thread of the block calls it the same number of times (the row loops are
+// uniform per block) with its own `parity`. Calls alternate between two buffers:
+// a call writes its buffer only after the previous call's barrier, which every
+// thread passes after reading the buffer of the call before, so one barrier a call.
+#define MAX_BLOCK_WARPS 16  // blocks of at most 512 threads
 template <int NV>
 __device__ __forceinline__ void row_sums(float (&v)[NV], int& parity) {
   __shared__ float partial[2][NV][MAX_BLOCK_WARPS];  // [buffer][value][threadIdx.y * warps + warp of the row]

@@ -36,13 +36,18 @@ def test_script_without_a_gpu_says_why(script, args, returncode, message, tmp_pa
     assert "Traceback" not in done.stderr, done.stderr
 
 
-def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
-    """Bytes of a case: distinct tensors read (not those listed as unread) plus distinct new outputs."""
+def _benchmark_module(name: str):
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
-        from _kernel_cases import Case, charged_bytes
+        return __import__(name)
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+
+
+def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
+    """Bytes of a case: distinct tensors read (not those listed as unread) plus distinct new outputs."""
+    cases = _benchmark_module("_kernel_cases")
+    Case, charged_bytes = cases.Case, cases.charged_bytes
     dy, x = torch.zeros(4, 8), torch.zeros(4, 8)  # 128 bytes each
     dx = torch.zeros(4, 8)
     case = Case("backward", "activation", "activation_backward", (dy, x, "relu"), {})
@@ -54,11 +59,7 @@ def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
 
 def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method():
     """Benchmark and profiler call ``Case.fn`` (one kernel of a multi-kernel method) where it is given."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from _kernel_cases import Case
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+    Case = _benchmark_module("_kernel_cases").Case
 
     class Backend:
         def quantize(self, x, *, scale):
@@ -71,14 +72,6 @@ def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method
     assert method_case.callable_on(Backend())() == ("method", 3, 2)
     kernel_case = dataclasses.replace(method_case, fn=first_kernel)
     assert kernel_case.callable_on(Backend())() == ("kernel", 3, 2)
-
-
-def _benchmark_module(name: str):
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        return __import__(name)
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
 
 
 def test_host_time_is_the_median_of_batch_means_with_their_spread(monkeypatch):

@@ -12,7 +12,8 @@ width or the pointers do not allow 16-byte vectors); ``256 // TPR`` rows per
 block; one wave of blocks (as many as the GPU holds at once; L2 normalization's
 backward at most 512 threads per SM, like the other backward kernels) walks the rows with
 a grid-stride loop, each thread prefetching its part of the block's next row into
-L2. Backward kernels accumulate the weight (and bias) gradients of their rows in
+L2 (forward vector forms: and copying it into shared memory, 16 bytes per pack and
+thread of dynamic shared memory, 16 KiB for 256 threads). Backward kernels accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
 threads; 512-thread blocks run ``layer_norm_bwd_wide``, which keeps it in
 registers), write one fp32 partial row per row slot, and a second small kernel
@@ -62,8 +63,9 @@ def _sm_count(device: torch.device) -> int:
 
 
 @functools.lru_cache(maxsize=None)
-def _wave(name: str, device_index: int, threads: int) -> int:
-    """How many ``threads``-thread blocks of kernel ``name`` the whole GPU holds at once."""
+def _wave(name: str, device_index: int, threads: int, shared: int = 0) -> int:
+    """How many ``threads``-thread blocks of kernel ``name`` (with ``shared`` bytes of dynamic shared memory) the
+    whole GPU holds at once."""
     per_sm = _FALLBACK_BLOCKS_PER_SM
     try:
         import cupy
@@ -71,7 +73,7 @@ def _wave(name: str, device_index: int, threads: int) -> int:
 
         with cupy.cuda.Device(device_index):
             kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
-            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, 0))
+            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared))
     except Exception:  # an older CuPy without the query: a count that always fits
         pass
     return max(1, per_sm) * _sm_count(torch.device("cuda", device_index))
@@ -116,7 +118,8 @@ def _forward(kind: str, x: torch.Tensor, weight: Optional[torch.Tensor], bias: O
     mean = torch.empty(rows, dtype=torch.float32, device=x.device) if kind == "layer_norm" else None
     rstd = torch.empty(rows, dtype=torch.float32, device=x.device)
     name = f"{kind}_fwd_{_SUFFIX[x.dtype]}"
-    grid = (min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb)),)
+    shared = _VECTOR_PACKS * tpr * rpb * 16 if vec else 0  # the vector form's RowStage: a 16-byte slot per pack
+    grid = (min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb, shared)),)
     c = _cuda
     tail = (c.i64(rows), c.i64(n), c.f32(eps))
     if kind == "layer_norm":
@@ -126,7 +129,7 @@ def _forward(kind: str, x: torch.Tensor, weight: Optional[torch.Tensor], bias: O
         args = (c.ptr(x), c.ptr(weight), c.ptr(y), c.ptr(rstd), *tail, c.i32(int(zero_centered)), c.i32(int(vec)))
     else:
         args = (c.ptr(x), c.ptr(y), c.ptr(rstd), *tail, c.i32(int(vec)))
-    c.launch(c.get_kernel(KERNEL_FILE, name), grid, (tpr, rpb), args, device=x.device)
+    c.launch(c.get_kernel(KERNEL_FILE, name), grid, (tpr, rpb), args, device=x.device, shared_mem=shared)
     return y, mean, rstd
 
 

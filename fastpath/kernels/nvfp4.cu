@@ -64,6 +64,7 @@ typedef long long i64;
 
 #include "ieee_f32.cuh"
 #include "elements16.cuh"
+#include "cp_async.cuh"
 
 // Truncation of a non-negative fp32 value to u32 (cvt.rzi, without .ftz).
 #ifdef __CUDA_ARCH__
@@ -532,26 +533,6 @@ __device__ __forceinline__ void load_random(const u8* __restrict__ base, u32 (&r
     const uint4 w = *reinterpret_cast<const uint4*>(base);
     rnd[0] = w.x; rnd[1] = w.y; rnd[2] = w.z; rnd[3] = w.w;
 }
-
-// ------------------------------------------------------------------ cp.async
-#ifdef __CUDA_ARCH__
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    const u32 s = (u32)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-#else
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
-    for (int i = 0; i < 16; ++i) ((u8*)smem)[i] = i < src_bytes ? ((const u8*)gmem)[i] : (u8)0;
-}
-__device__ __forceinline__ void cp_async_commit() {}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {}
-#endif
 
 // ------------------------------------------------------------------ quantize (pass 2)
 #define THREADS 256

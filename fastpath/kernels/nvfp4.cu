@@ -46,8 +46,9 @@
 //
 // Fast paths (bit-identical by construction, see each helper): block amaxes as packed 16-bit integer
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
-// the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes from
-// three saturating fused multiply-adds (e2m1_rne_acc), packed with shifts; bf16 halves of a word widened
+// the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes as the minimum of
+// three fused multiply-adds (e2m1_rne_min3) where a block's scaled values stay below 7, else from three
+// saturating ones (e2m1_rne_acc), packed with shifts; bf16 halves of a word widened
 // by one shift or mask. 4over6: the decoded candidate values RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of
 // every scale byte s and magnitude k are built once per block (a 128 x 8 table per orientation, the
 // reference's ops), so a block's errors need no division: per element and candidate one table load,
@@ -331,6 +332,27 @@ __device__ __forceinline__ u32 e2m1_rne_acc(float v) {
     return __float_as_uint(acc);
 }
 
+// The same bits, M + code, for |v| < 7 (v not NaN), in four instructions instead of six: on [0, 6] the code is
+// rint of the concave piecewise-linear S(a) = min(2a, a + 2, a/2 + 4) (slopes 2, 1, 1/2 on the binades of the grid;
+// S(6) = 7), so M + code = RN(M + S(a)) = min(RN(M + 2a), RN((M + 2) + a), RN((M + 4) + a/2)) because rounding is
+// non-decreasing; each term is one rounding of an exact value (one FFMA or FADD, |v| an operand modifier), and a
+// tie rounds to the even code, as in e2m1_rne_acc. Below 7 the third term stays under M + 7.5, so no saturation is
+// needed: callers check that a block's largest |v| is below 7 (e2m1_rne_below7_ok) and otherwise take the generic
+// path. Equal to e2m1_rne_acc for every fp32 |v| < 7 (checked exhaustively: tests/fastpath/e2m1_min3_exhaustive.py);
+// the minimum of the three bit patterns (positive floats order as integers) is one VIMNMX3 on sm_90.
+__device__ __forceinline__ u32 e2m1_rne_min3(float v) {
+    const float a = f32_abs(v);
+    const u32 p1 = __float_as_uint(f32_fma(a, 2.0f, E2M1_ACC_MAGIC));
+    const u32 p2 = __float_as_uint(f32_add(a, E2M1_ACC_MAGIC + 2.0f));
+    const u32 p3 = __float_as_uint(f32_fma(a, 0.5f, E2M1_ACC_MAGIC + 4.0f));
+    const u32 m = p1 < p2 ? p1 : p2;
+    return m < p3 ? m : p3;
+}
+
+// Whether every RN(x_i * enc) of a block whose amax is b (NaN-free) is below 7 in magnitude, so that e2m1_rne_min3
+// serves: RN is non-decreasing, so the largest |RN(x_i * enc)| is RN(b * enc).
+__device__ __forceinline__ bool e2m1_rne_below7_ok(float b, float enc) { return f32_lt(f32_mul(b, enc), 7.0f); }
+
 // Sign bits of a 16-block at the code sign positions (bit 4i+3 of lo for element i < 8, of hi for 8..15).
 struct Signs {
     u32 lo, hi;
@@ -363,14 +385,15 @@ __device__ __forceinline__ void signs8_of_rows(const u32* w, u32* col0, u32* col
     *col1 = (__byte_perm(po, qo, 0x7531) & 0x80808080u) | ((__byte_perm(pe, qe, 0x7531) >> 4) & 0x08080808u);
 }
 
-// Codes of RN(v_i * enc) for a NaN-free block (enc > 0 and finite, so the sign of the product, -0
-// included, is the sign of v_i): magnitudes from e2m1_rne_acc, sign bits from sg (the signs of v).
+// Codes of RN(v_i * enc) for a NaN-free block whose products are below 7 in magnitude (e2m1_rne_below7_ok; enc > 0
+// and finite, so the sign of the product, -0 included, is the sign of v_i): magnitudes from e2m1_rne_min3, sign
+// bits from sg (the signs of v).
 __device__ __forceinline__ void encode16_rne(const float (&v)[16], float enc, Signs sg, u32* lo, u32* hi) {
     u32 l = 0u, h = 0u;
 #pragma unroll
     for (int i = 0; i < 8; ++i) {
-        l += e2m1_rne_acc(f32_mul(v[i], enc)) << (4 * i);
-        h += e2m1_rne_acc(f32_mul(v[i + 8], enc)) << (4 * i);
+        l += e2m1_rne_min3(f32_mul(v[i], enc)) << (4 * i);
+        h += e2m1_rne_min3(f32_mul(v[i + 8], enc)) << (4 * i);
     }
     *lo = (l - E2M1_ACC_PACK_BIAS) | sg.lo;
     *hi = (h - E2M1_ACC_PACK_BIAS) | sg.hi;
@@ -453,17 +476,18 @@ struct Candidates {
 // x_i has x_i's sign (encode16_rne), so val_i = ±T[s][k_i] with x_i's sign and RN(val_i - x_i) =
 // ±RN(T[s][k_i] - |x_i|) (RN is symmetric): |diff| and RN(diff * diff) are the reference's bit for bit (a
 // zero diff may differ only in its sign), and err = RN(err + |diff|) or RN(err + RN(diff * diff)) runs in the
-// reference's element order from +0. The magnitude k_i is the low 3 bits of e2m1_rne_acc's result
+// reference's element order from +0. The magnitude k_i is the low 3 bits of e2m1_rne_acc's (or e2m1_rne_min3's) result
 // (bits(M) + k_i), so the table address is base4 + 4 * bits with base4 = &T[s4][0] - 4 * bits(M) (mod 2^32).
 #define E2M1_ACC_MAGIC_BITS 0x4B400000u  // bits(E2M1_ACC_MAGIC)
-template <bool MSE>
+template <bool MSE, bool MIN3>
 __device__ __forceinline__ void four_over_six_rne(const float (&v)[16], float enc4, float enc6, u32 base4, u32 base6,
                                                   Signs sg, Candidates& c) {
     u32 l4 = 0u, h4 = 0u, l6 = 0u, h6 = 0u;
     float e4 = 0.0f, e6 = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        const u32 b4 = e2m1_rne_acc(f32_mul(v[i], enc4)), b6 = e2m1_rne_acc(f32_mul(v[i], enc6));
+        const float x4 = f32_mul(v[i], enc4), x6 = f32_mul(v[i], enc6);
+        const u32 b4 = MIN3 ? e2m1_rne_min3(x4) : e2m1_rne_acc(x4), b6 = MIN3 ? e2m1_rne_min3(x6) : e2m1_rne_acc(x6);
         if (i < 8) {
             l4 += b4 << (4 * i);
             l6 += b6 << (4 * i);
@@ -503,8 +527,14 @@ __device__ __forceinline__ Candidates four_over_six(const float (&v)[16], float 
     } else {
         const u32 base4 = val_tab + 32u * c.s4 - (E2M1_ACC_MAGIC_BITS << 2);
         const u32 base6 = val_tab + 32u * c.s6 - (E2M1_ACC_MAGIC_BITS << 2);
-        if (o.mse) four_over_six_rne<true>(v, enc4, enc6, base4, base6, sg, c);
-        else four_over_six_rne<false>(v, enc4, enc6, base4, base6, sg, c);
+        const bool min3 = e2m1_rne_below7_ok(b, enc4) && e2m1_rne_below7_ok(b, enc6);
+        if (o.mse) {
+            if (min3) four_over_six_rne<true, true>(v, enc4, enc6, base4, base6, sg, c);
+            else four_over_six_rne<true, false>(v, enc4, enc6, base4, base6, sg, c);
+        } else {
+            if (min3) four_over_six_rne<false, true>(v, enc4, enc6, base4, base6, sg, c);
+            else four_over_six_rne<false, false>(v, enc4, enc6, base4, base6, sg, c);
+        }
     }
     return c;
 }
@@ -524,7 +554,7 @@ __device__ __forceinline__ u32 encode_standard(const float (&v)[16], float b, bo
                                                u32* hi) {
     const u32 s_b = cast_e4m3(f32_min(f32_mul(b, ps.mult), FLT_MAX_F));  // in [0, 0x7E]: b >= 0, not NaN
     const float enc = enc_tab[s_b];  // = block_encode_multiplier(s_b, S_dec)
-    if (SR || has_nan) encode16_generic<SR>(v, enc, rnd, lo, hi);
+    if (SR || has_nan || !e2m1_rne_below7_ok(b, enc)) encode16_generic<SR>(v, enc, rnd, lo, hi);
     else encode16_rne(v, enc, sg, lo, hi);
     return s_b;
 }

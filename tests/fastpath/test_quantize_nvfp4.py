@@ -91,6 +91,30 @@ def test_quantize_nvfp4_rht_sign_mask(fastpath_backend, reference_backend, cuda,
     assert_identical(ref, fast, f"quantize_nvfp4 rht sign_mask={with_random_sign_mask}")
 
 
+def _mixed_block_ranges(dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Rows in groups of 16: randn (every block's scaled values near 6, below 7: the kernels' e2m1_rne_min3 path);
+    randn * 2^-30 (block scales round to 0, the encode multiplier is FLT_MAX: the generic path); randn * 2^-16
+    (block scales in E4M3's subnormal range, rounded coarsely: either path, block by block); a mix within rows."""
+    g = torch.Generator().manual_seed(11)
+    x = torch.randn(64, 256, generator=g)
+    x[16:32] *= 2.0**-30
+    x[32:48] *= 2.0**-16
+    x[48:, ::3] *= 2.0**-12
+    return x.to(dtype).to(device)
+
+
+@pytest.mark.parametrize("options", [o for o in OPTIONS if not o["stochastic_rounding"]], ids=_name)
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_quantize_nvfp4_both_encodings(fastpath_backend, reference_backend, cuda, options, dtype):
+    """Blocks whose scaled values stay below 7 and blocks whose do not (see _mixed_block_ranges), in one tensor."""
+    if options["with_rht"] and dtype != torch.bfloat16:
+        pytest.skip("the RHT needs bf16 input (rejection tested separately)")
+    x = _mixed_block_ranges(dtype, cuda)
+    kwargs = _quantize_kwargs(x, options, True, True)
+    (ref, *_), (fast, *_) = run_both(reference_backend, fastpath_backend, "quantize_nvfp4", x, **kwargs)
+    assert_identical(ref, fast, f"quantize_nvfp4 mixed block ranges {_name(options)} {dtype}")
+
+
 def test_quantize_nvfp4_row_scaled(fastpath_backend, reference_backend, cuda):
     for use_4over6 in (False, True):
         x = make_input((64, 128), torch.bfloat16, cuda, "edge", seed=10)

@@ -51,10 +51,14 @@ F32_COMPARE(f32_lt, "lt", a < b)
 F32_COMPARE(f32_gt, "gt", a > b)
 F32_COMPARE(f32_eq, "eq", a == b)
 // Saturating forms (result clamped to [0, 1], NaN to +0) and the fused multiply-add: used only by
-// nvfp4.cu's e2m1_rne_acc, whose every step is exact or a single rounding of an exact value (see there).
+// nvfp4.cu's E2M1 encodings, whose every step is exact or a single rounding of an exact value (see there).
 F32_BINARY(f32_mul_sat, "mul.rn.sat.f32", host_sat(a * b))
 F32_TERNARY(f32_fma, "fma.rn.f32", fmaf(a, b, c))
 F32_TERNARY(f32_fma_sat, "fma.rn.sat.f32", host_sat(fmaf(a, b, c)))
+// Rounded toward -infinity (nvfp4.cu's e2m1_sr_min3: a floor on an integer grid). The host forms round to nearest;
+// they serve the host pass only.
+F32_BINARY(f32_add_rm, "add.rm.f32", a + b)
+F32_TERNARY(f32_fma_rm, "fma.rm.f32", fmaf(a, b, c))
 // fp32 <-> fp64 conversions, also without .ftz (the double arithmetic itself never flushes).
 #ifdef __CUDA_ARCH__
 __device__ __forceinline__ double f32_to_f64(float a) {

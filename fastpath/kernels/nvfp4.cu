@@ -48,7 +48,7 @@
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
 // the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes as the minimum of
 // three fused multiply-adds (e2m1_rne_min3) where a block's scaled values stay below 7, else from three
-// saturating ones (e2m1_rne_acc), packed with shifts; bf16 halves of a word widened
+// saturating ones (e2m1_rne_acc), and stochastically rounded ones likewise (e2m1_sr_min3), packed with shifts; bf16 halves of a word widened
 // by one shift or mask. 4over6: the decoded candidate values RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of
 // every scale byte s and magnitude k are built once per block (a 128 x 8 table per orientation, the
 // reference's ops), so a block's errors need no division: per element and candidate one table load,
@@ -349,6 +349,27 @@ __device__ __forceinline__ u32 e2m1_rne_min3(float v) {
     return m < p3 ? m : p3;
 }
 
+// formats.e2m1_stochastic_round of a non-NaN v as the bits M + code, with the random byte at byte j of word w. The
+// reference's t = RN(|v| + u * step(|v|)) (u = byte / 256; step 0.5 below 2, 1 below 4, else 2) is one FFMA of
+// byte / 512 (built exactly from bits: 2^14 + byte * 2^-9, less 2^14) and 2^clamp(e, 0, 2) (e: |v|'s binade; the
+// exponent bits of |v| clamped to [1, 4]). Its code floor(t / step(t)) on the grid, capped at 7, is
+// floor(S(t)) with the concave S of e2m1_rne_min3, so M + code = min(RD(M + 2t), RD((M + 2) + t), RD((M + 4) + t/2),
+// M + 7) with RD rounding toward -infinity (each one rounding of an exact value; the cap holds for every t,
+// infinity included). Equal to e2m1_sr on non-NaN inputs (checked against the reference with every byte on values
+// near every grid point and bound, and on random pairs: tests/fastpath/test_e2m1_min3.py).
+__device__ __forceinline__ u32 e2m1_sr_min3(float v, u32 w, int j) {
+    const float a = f32_abs(v);
+    const float u = f32_sub(__uint_as_float(__byte_perm(w, 0x46800000u, 0x7650u + (u32)j)), 16384.0f);
+    const float s = __uint_as_float(__float_as_uint(f32_min(f32_max(a, 1.0f), 4.0f)) & 0x7F800000u);
+    const float t = f32_fma(u, s, a);
+    const u32 p1 = __float_as_uint(f32_fma_rm(t, 2.0f, E2M1_ACC_MAGIC));
+    const u32 p2 = __float_as_uint(f32_add_rm(t, E2M1_ACC_MAGIC + 2.0f));
+    const u32 p3 = __float_as_uint(f32_fma_rm(t, 0.5f, E2M1_ACC_MAGIC + 4.0f));
+    const u32 m = p1 < p2 ? p1 : p2, cap = __float_as_uint(E2M1_ACC_MAGIC + 7.0f);
+    const u32 m3 = m < p3 ? m : p3;
+    return m3 < cap ? m3 : cap;
+}
+
 // Whether every RN(x_i * enc) of a block whose amax is b (NaN-free) is below 7 in magnitude, so that e2m1_rne_min3
 // serves: RN is non-decreasing, so the largest |RN(x_i * enc)| is RN(b * enc).
 __device__ __forceinline__ bool e2m1_rne_below7_ok(float b, float enc) { return f32_lt(f32_mul(b, enc), 7.0f); }
@@ -394,6 +415,20 @@ __device__ __forceinline__ void encode16_rne(const float (&v)[16], float enc, Si
     for (int i = 0; i < 8; ++i) {
         l += e2m1_rne_min3(f32_mul(v[i], enc)) << (4 * i);
         h += e2m1_rne_min3(f32_mul(v[i + 8], enc)) << (4 * i);
+    }
+    *lo = (l - E2M1_ACC_PACK_BIAS) | sg.lo;
+    *hi = (h - E2M1_ACC_PACK_BIAS) | sg.hi;
+}
+
+// Stochastically rounded codes of RN(v_i * enc) for a NaN-free block (e2m1_sr_min3; the signs from sg, as in
+// encode16_rne): element i takes byte i % 4 of rnd[i / 4].
+__device__ __forceinline__ void encode16_sr(const float (&v)[16], float enc, const u32 (&rnd)[4], Signs sg, u32* lo,
+                                            u32* hi) {
+    u32 l = 0u, h = 0u;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        l += e2m1_sr_min3(f32_mul(v[i], enc), rnd[i >> 2], i & 3) << (4 * i);
+        h += e2m1_sr_min3(f32_mul(v[i + 8], enc), rnd[(i + 8) >> 2], i & 3) << (4 * i);
     }
     *lo = (l - E2M1_ACC_PACK_BIAS) | sg.lo;
     *hi = (h - E2M1_ACC_PACK_BIAS) | sg.hi;
@@ -554,7 +589,8 @@ __device__ __forceinline__ u32 encode_standard(const float (&v)[16], float b, bo
                                                u32* hi) {
     const u32 s_b = cast_e4m3(f32_min(f32_mul(b, ps.mult), FLT_MAX_F));  // in [0, 0x7E]: b >= 0, not NaN
     const float enc = enc_tab[s_b];  // = block_encode_multiplier(s_b, S_dec)
-    if (SR || has_nan || !e2m1_rne_below7_ok(b, enc)) encode16_generic<SR>(v, enc, rnd, lo, hi);
+    if (has_nan || (!SR && !e2m1_rne_below7_ok(b, enc))) encode16_generic<SR>(v, enc, rnd, lo, hi);
+    else if (SR) encode16_sr(v, enc, rnd, sg, lo, hi);
     else encode16_rne(v, enc, sg, lo, hi);
     return s_b;
 }

@@ -1,15 +1,20 @@
-"""The arithmetic of nvfp4.cu's e2m1_rne_min3 (the E2M1 RNE code of |v| < 7 as the minimum of three roundings),
-checked on the CPU against refops.formats' threshold rule: every fp32 value within 2^16 ulps of each rounding bound
-and of 0, 2, 4, 6 and 7, and a strided sample of [0, 7). ``e2m1_min3_exhaustive.py`` in this directory checks every
-fp32 value of [0, 7) (about a minute). The kernels themselves are compared with the reference on the GPU
-(test_quantize_nvfp4.py)."""
+"""The arithmetic of nvfp4.cu's E2M1 encodings as minima of roundings, checked on the CPU against refops.formats.
+
+- e2m1_rne_min3 (the RNE code of |v| < 7 as the minimum of three roundings) against the threshold rule: every fp32
+  value within 2^16 ulps of each rounding bound and of 0, 2, 4, 6 and 7, and a strided sample of [0, 7).
+  ``e2m1_min3_exhaustive.py`` in this directory checks every fp32 value of [0, 7) (about a minute).
+- e2m1_sr_min3 (stochastic rounding: a floor of the same concave map, capped at 7) against
+  e2m1_stochastic_round: every random byte with the values near each grid point and bound, random pairs up to 16,
+  and huge values and infinity.
+
+The kernels themselves are compared with the reference on the GPU (test_quantize_nvfp4.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from refops.formats import e2m1_round_nearest_even
+from refops.formats import e2m1_round_nearest_even, e2m1_stochastic_round
 
 MAGIC = np.float32(12582912.0)  # E2M1_ACC_MAGIC, 1.5 * 2^23: ulp 1
 SEVEN_BITS = int(np.array([7.0], dtype=np.float32).view(np.uint32)[0])
@@ -60,3 +65,35 @@ def test_min3_formula_matches_e2m1_rne_below_7():
 def test_min3_formula_needs_the_below_7_guard():
     """At 7 the formula's third term is a tie that rounds up to 8: the kernels send such blocks to the generic path."""
     assert min3_codes(np.array([7.0], dtype=np.float32))[0] == 8
+
+
+def sr_min3_codes(a: np.ndarray, byte: np.ndarray) -> np.ndarray:
+    """The kernel's stochastic-rounding formula on non-negative fp32 ``a`` with random bytes ``byte``: t as one
+    rounding of byte/512 * 2^clamp(binade, 0, 2) + a, then floors (exact in float64) of the three affine terms."""
+    magic = float(MAGIC)
+    scale = (np.minimum(np.maximum(a, np.float32(1.0)), np.float32(4.0)).view(np.uint32) & np.uint32(0x7F800000))
+    t = (byte.astype(np.float64) / 512.0 * scale.view(np.float32).astype(np.float64) + a.astype(np.float64))
+    t = t.astype(np.float32).astype(np.float64)  # u * s is exact and tiny a are far below half an ulp of it
+    terms = [np.floor(magic + 2.0 * t), np.floor(magic + 2.0 + t), np.floor(magic + 4.0 + t / 2.0)]
+    return (np.minimum(np.minimum(np.minimum(terms[0], terms[1]), terms[2]), magic + 7.0) - magic).astype(np.int64)
+
+
+def _sr_reference(a: np.ndarray, byte: np.ndarray) -> np.ndarray:
+    codes = e2m1_stochastic_round(torch.from_numpy(a.copy()), torch.from_numpy(byte.astype(np.uint8)))
+    return codes.numpy().astype(np.int64)
+
+
+def test_sr_min3_formula_matches_e2m1_stochastic_round():
+    points = np.array([0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 5, 6, 7, 8, 12], dtype=np.float32)
+    near = (points.view(np.uint32).astype(np.int64)[:, None] + np.arange(-600, 600)[None, :]).ravel()
+    near = near[near >= 0].astype(np.uint32).view(np.float32)
+    a = np.tile(near, 256)
+    byte = np.repeat(np.arange(256), near.size)
+    rng = np.random.default_rng(5)
+    sixteen = int(np.array([16.0], dtype=np.float32).view(np.uint32)[0])
+    a = np.concatenate([a, rng.integers(0, sixteen, 1 << 20).astype(np.uint32).view(np.float32),
+                        np.array([1e30, 3.4e38, np.inf] * 2, dtype=np.float32)])
+    byte = np.concatenate([byte, rng.integers(0, 256, 1 << 20), np.array([0, 0, 0, 255, 255, 255])])
+    codes, expected = sr_min3_codes(a, byte), _sr_reference(a, byte)
+    wrong = np.flatnonzero(codes != expected)
+    assert wrong.size == 0, f"{wrong.size} mismatches, first at (a, byte) = {list(zip(a[wrong[:5]], byte[wrong[:5]]))}"

@@ -190,13 +190,7 @@ __device__ void block_quantize_impl(const T* __restrict__ x, int M, int K, int v
                 // lanes (exchange 2 rows with lane ^ 8, 1 row with lane ^ 4, then the same row with lanes ^ 2,
                 // ^ 1): lane cg ends with the amax of row 4*rg + cg/4 and computes that row's scale; the lanes
                 // fetch the 4 scales by shuffles.
-                const bool b3 = (cg & 8) != 0, b2 = (cg & 4) != 0;
-                float h0 = b3 ? ra[2] : ra[0], h1 = b3 ? ra[3] : ra[1];  // rows 2*b3, 2*b3 + 1
-                const float g0 = b3 ? ra[0] : ra[2], g1 = b3 ? ra[1] : ra[3];
-                h0 = f32_max(h0, __shfl_xor_sync(FULL, g0, 8));
-                h1 = f32_max(h1, __shfl_xor_sync(FULL, g1, 8));
-                float ar = b2 ? h1 : h0;  // row 2*b3 + b2 = cg / 4
-                ar = f32_max(ar, __shfl_xor_sync(FULL, b2 ? h0 : h1, 4));
+                float ar = max4_scattered<8, 4>(ra, cg);  // row cg / 4
                 ar = f32_max(ar, __shfl_xor_sync(FULL, ar, 2));
                 ar = f32_max(ar, __shfl_xor_sync(FULL, ar, 1));
                 const float sr = scale_from_amax(ar, fmax, pow2, eps, value_for_inf);

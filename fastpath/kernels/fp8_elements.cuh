@@ -104,3 +104,17 @@ __device__ __forceinline__ u32 cast_fp8x4(float a, float b, float c, float d) {
     return cast_fp8(a, e5m2) | (cast_fp8(b, e5m2) << 8) | (cast_fp8(c, e5m2) << 16) | (cast_fp8(d, e5m2) << 24);
 #endif
 }
+
+// Four row maxima ra[0..3] held by each lane of a group, reduced over the group and scattered: the lane whose bits
+// D2 and D1 are (b2, b1) ends with the maximum, over the lanes that differ from it in those bits, of row 2*b2 + b1
+// (it exchanges two rows with lane ^ D2, then one row with lane ^ D1). Callers reduce further over other lane bits.
+template <int D2, int D1>
+__device__ __forceinline__ float max4_scattered(const float (&ra)[4], int lane) {
+    const bool b2 = (lane & D2) != 0, b1 = (lane & D1) != 0;
+    float h0 = b2 ? ra[2] : ra[0], h1 = b2 ? ra[3] : ra[1];  // rows 2*b2, 2*b2 + 1
+    const float g0 = b2 ? ra[0] : ra[2], g1 = b2 ? ra[1] : ra[3];
+    h0 = f32_max(h0, __shfl_xor_sync(0xffffffffu, g0, D2));
+    h1 = f32_max(h1, __shfl_xor_sync(0xffffffffu, g1, D2));
+    const float ar = b1 ? h1 : h0;  // row 2*b2 + b1
+    return f32_max(ar, __shfl_xor_sync(0xffffffffu, b1 ? h0 : h1, D1));
+}

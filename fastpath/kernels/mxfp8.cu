@@ -225,13 +225,7 @@ __device__ void mxfp8_quantize_impl(const T* __restrict__ x, int M, int K, int e
             // lanes (exchange 2 rows with lane ^ 2, 1 row with lane ^ 1): lane cg ends with the amax of row
             // 4*rg + cg%4, computes that row's scale byte and multiplier, and the lanes fetch the 4
             // multipliers by shuffles; no barrier.
-            const bool b1 = (cg & 2) != 0, b0 = (cg & 1) != 0;
-            float h0 = b1 ? ra[2] : ra[0], h1 = b1 ? ra[3] : ra[1];  // rows 2*b1, 2*b1 + 1
-            const float g0 = b1 ? ra[0] : ra[2], g1 = b1 ? ra[1] : ra[3];
-            h0 = f32_max(h0, __shfl_xor_sync(FULL, g0, 2));
-            h1 = f32_max(h1, __shfl_xor_sync(FULL, g1, 2));
-            float ar = b0 ? h1 : h0;  // row 2*b1 + b0 = cg % 4
-            ar = f32_max(ar, __shfl_xor_sync(FULL, b0 ? h0 : h1, 1));
+            const float ar = max4_scattered<2, 1>(ra, cg);  // row cg % 4
             const u32 e = e8m0_from_f32(f32_mul(ar, inv_fmax));
             const float mult1 = e8m0_encode_multiplier(e);
             float mult[4];

@@ -1,0 +1,19 @@
+#!/bin/bash
+# GPU run 28 (prepared 2026-11-30, not yet run): the rhtneg variant (make_variants.py), checked in a scratch copy of
+# the tree (the NVFP4 test files; memcheck and racecheck over the smoke script's NVFP4 cases) and timed twice beside
+# the tree. About 3 minutes of device time.
+# Build the variant first (CPU): python3 benchmarks/results/h200-next-run28/make_variants.py; carry _variants.
+set -o pipefail
+OUT=${1:?output directory}
+export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache
+python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+. benchmarks/results/variants.sh
+F=tests/fastpath
+check_variant rhtneg $OUT $F/test_quantize_nvfp4.py $F/test_quantize_roundtrip.py
+( cd /tmp/scratch_rhtneg && export PYTHONPATH=/tmp/scratch_rhtneg CUPY_CACHE_DIR=/tmp/cupycache_rhtneg
+  for tool in memcheck racecheck; do
+      timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 python3 $F/sanitizer_smoke.py nvfp4 2>&1 | tail -n 3
+      echo "$tool: rc=$?"
+  done ) > $OUT/sanitizers_rhtneg.log 2>&1
+grep -E "checked|SUMMARY|rc=" $OUT/sanitizers_rhtneg.log
+time_variants $OUT/ab.log '"nvfp4"' tree rhtneg tree rhtneg

@@ -17,3 +17,14 @@ check_variant rhtneg $OUT $F/test_quantize_nvfp4.py $F/test_quantize_roundtrip.p
   done ) > $OUT/sanitizers_rhtneg.log 2>&1
 grep -E "checked|SUMMARY|rc=" $OUT/sanitizers_rhtneg.log
 time_variants $OUT/ab.log '"nvfp4"' tree rhtneg tree rhtneg
+# Where LayerNorm backward's warps wait (the floor it misses by 4 %): warp-stall samples per SASS line of the tree's
+# kernel, cut by stall_lines.py. Runs 22-24 changed occupancy, staging and L1 without finding it.
+export PYTHONPATH=$PWD
+FASTPATH_LINEINFO=1 timeout 120 ncu --target-processes all -o /tmp/prof_lnb -f -k 'regex:^layer_norm_bwd_bf16' \
+    --section SourceCounters --section WarpStateStats python3 benchmarks/profile_cases.py "LayerNorm backward" \
+    > $OUT/ncu_lnb.txt 2>&1
+echo "ncu: rc=$?"
+ncu -i /tmp/prof_lnb.ncu-rep --page source --csv --print-source sass > /tmp/source_lnb.csv 2>>$OUT/ncu_lnb.txt
+ncu -i /tmp/prof_lnb.ncu-rep --page details >> $OUT/ncu_lnb.txt 2>&1
+python3 benchmarks/results/h200-next-run28/stall_lines.py /tmp/source_lnb.csv > $OUT/stall_lines_lnb.txt 2>&1
+head -n 12 $OUT/stall_lines_lnb.txt

@@ -48,10 +48,10 @@
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
 // the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes as the minimum of
 // three fused multiply-adds (e2m1_rne_min3) where a block's scaled values stay below 7, else from three
-// saturating ones (e2m1_rne_acc), and stochastically rounded ones likewise (e2m1_sr_min3), packed with shifts; bf16 halves of a word widened
-// by one shift or mask. 4over6: the decoded candidate values RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of
-// every scale byte s and magnitude k are built once per block (a 128 x 8 table per orientation, the
-// reference's ops), so a block's errors need no division: per element and candidate one table load,
+// saturating ones (e2m1_rne_acc); stochastically rounded codes likewise (e2m1_sr_min3); codes packed with
+// shifts; bf16 halves of a word widened by one shift or mask. 4over6: the decoded candidate values
+// RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of every scale byte s and magnitude k are built once per block (a 128 x 8
+// table per orientation, the reference's ops), so a block's errors need no division: per element and candidate one table load,
 // RN(T - |x|) and the accumulation (equal to the reference's |diff| / diff^2, see four_over_six_rne);
 // a block holding a NaN has NaN errors (as in the reference) and maps to 6.
 
@@ -511,8 +511,8 @@ struct Candidates {
 // x_i has x_i's sign (encode16_rne), so val_i = ±T[s][k_i] with x_i's sign and RN(val_i - x_i) =
 // ±RN(T[s][k_i] - |x_i|) (RN is symmetric): |diff| and RN(diff * diff) are the reference's bit for bit (a
 // zero diff may differ only in its sign), and err = RN(err + |diff|) or RN(err + RN(diff * diff)) runs in the
-// reference's element order from +0. The magnitude k_i is the low 3 bits of e2m1_rne_acc's (or e2m1_rne_min3's) result
-// (bits(M) + k_i), so the table address is base4 + 4 * bits with base4 = &T[s4][0] - 4 * bits(M) (mod 2^32).
+// reference's element order from +0. The magnitude k_i is the low 3 bits of e2m1_rne_min3's or e2m1_rne_acc's
+// result (bits(M) + k_i), so the table address is base4 + 4 * bits with base4 = &T[s4][0] - 4 * bits(M) (mod 2^32).
 #define E2M1_ACC_MAGIC_BITS 0x4B400000u  // bits(E2M1_ACC_MAGIC)
 template <bool MSE, bool MIN3>
 __device__ __forceinline__ void four_over_six_rne(const float (&v)[16], float enc4, float enc6, u32 base4, u32 base6,

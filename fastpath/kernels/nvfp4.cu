@@ -51,9 +51,9 @@
 // saturating ones (e2m1_rne_acc); stochastically rounded codes likewise (e2m1_sr_min3); codes packed with
 // shifts; bf16 halves of a word widened by one shift or mask. 4over6: the decoded candidate values
 // RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of every scale byte s and magnitude k are built once per block (a 128 x 8
-// table per orientation, the reference's ops), so a block's errors need no division: per element and candidate one table load,
-// RN(T - |x|) and the accumulation (equal to the reference's |diff| / diff^2, see four_over_six_rne);
-// a block holding a NaN has NaN errors (as in the reference) and maps to 6.
+// table per orientation, the reference's ops), so a block's errors need no division: per element and candidate
+// one table load, RN(T - |x|) and the accumulation (equal to the reference's |diff| / diff^2, see
+// four_over_six_rne); a block holding a NaN has NaN errors (as in the reference) and maps to 6.
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>

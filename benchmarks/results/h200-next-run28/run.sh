@@ -28,3 +28,11 @@ ncu -i /tmp/prof_lnb.ncu-rep --page source --csv --print-source sass > /tmp/sour
 ncu -i /tmp/prof_lnb.ncu-rep --page details >> $OUT/ncu_lnb.txt 2>&1
 python3 benchmarks/results/h200-next-run28/stall_lines.py /tmp/source_lnb.csv > $OUT/stall_lines_lnb.txt 2>&1
 head -n 12 $OUT/stall_lines_lnb.txt
+# Why the 2D (16x16) pass 2 takes 0.261 ms against the 1x16 pass's 0.200 ms: instruction counts and shared-memory
+# bank conflicts of both kernels.
+timeout 90 ncu --target-processes all -k 'regex:^nvfp4_quantize_(std|2d)_bf16' --section InstructionStats \
+    --section MemoryWorkloadAnalysis_Tables --section SpeedOfLight --section WarpStateStats \
+    python3 benchmarks/profile_cases.py "nvfp4 1x16 row+col (x), pass 2" "nvfp4 16x16 (2D) row+col (w), pass 2" \
+    > $OUT/ncu_nvfp4_2d.txt 2>&1
+echo "ncu 2d: rc=$?"
+grep -E "nvfp4_quantize|Duration|Executed Instructions  |Bank Conflicts|Warp Cycles Per Issued" $OUT/ncu_nvfp4_2d.txt | head -20

@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU run 28 (prepared 2026-11-30, not yet run): the rhtneg variant (make_variants.py), checked in a scratch copy of
 # the tree (the NVFP4 test files; memcheck and racecheck over the smoke script's NVFP4 cases) and timed twice beside
-# the tree. About 3 minutes of device time.
+# the tree; then two Nsight Compute profiles (see below). About 4-5 minutes of device time.
 # Build the variant first (CPU): python3 benchmarks/results/h200-next-run28/make_variants.py; carry _variants.
 set -o pipefail
 OUT=${1:?output directory}

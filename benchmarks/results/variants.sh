@@ -10,6 +10,14 @@
 #       OUTDIR/check_NAME.log and prints its summary lines.
 #   time_variants OUTDIR/ab.log "CASE..." NAME... : bench_fastpath.py's kernel table for the given cases, once per
 #       NAME in order ("tree": the tree itself), so that each variant is timed beside the tree in one run.
+#   device_setup : the usual start of a run script on the device machine (pipefail, unbuffered Python, the CuPy
+#       compile cache, this checkout installed in place).
+device_setup() {
+    set -o pipefail
+    export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache
+    python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+}
+
 check_variant() {
     local v=$1 out=$2 scratch=/tmp/scratch_$1
     shift 2

@@ -9,13 +9,10 @@ _variants/rhtneg: nvfp4.cu's RHT butterflies take the random signs in their firs
     (85 % is the floor); it executes about 11.5 instructions per element (run 21) at about 58 % of peak issue.
 """
 import pathlib
-import shutil
-import subprocess
+import sys
 
-ROOT = pathlib.Path(".").resolve()
-HERE = ROOT / "benchmarks/results/h200-next-run28"
-dst = ROOT / "_variants" / "rhtneg"
-shutil.rmtree(dst, ignore_errors=True)
-shutil.copytree(ROOT / "fastpath", dst / "fastpath", ignore=shutil.ignore_patterns("__pycache__"))
-subprocess.run(["patch", "-p1", "-d", str(dst), "-i", str(HERE / "rht_signs.patch")], check=True)
-print("built", dst)
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from build_variants import build  # noqa: E402
+
+build("rhtneg", [HERE / "rht_signs.patch"])

@@ -3,11 +3,9 @@
 # the tree (the NVFP4 test files; memcheck and racecheck over the smoke script's NVFP4 cases) and timed twice beside
 # the tree; then two Nsight Compute profiles (see below). About 4-5 minutes of device time.
 # Build the variant first (CPU): python3 benchmarks/results/h200-next-run28/make_variants.py; carry _variants.
-set -o pipefail
 OUT=${1:?output directory}
-export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache
-python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
 . benchmarks/results/variants.sh
+device_setup
 F=tests/fastpath
 check_variant rhtneg $OUT $F/test_quantize_nvfp4.py $F/test_quantize_roundtrip.py
 ( cd /tmp/scratch_rhtneg && export PYTHONPATH=/tmp/scratch_rhtneg CUPY_CACHE_DIR=/tmp/cupycache_rhtneg

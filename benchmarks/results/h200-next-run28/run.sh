@@ -1,7 +1,7 @@
 #!/bin/bash
 # GPU run 28 (prepared 2026-11-30, not yet run): the rhtneg variant (make_variants.py), checked in a scratch copy of
 # the tree (the NVFP4 test files; memcheck and racecheck over the smoke script's NVFP4 cases) and timed twice beside
-# the tree; then two Nsight Compute profiles (see below). About 4-5 minutes of device time.
+# the tree; the colsum variant the same way; then two Nsight Compute profiles (see below). About 6-7 minutes.
 # Build the variant first (CPU): python3 benchmarks/results/h200-next-run28/make_variants.py; carry _variants.
 OUT=${1:?output directory}
 . benchmarks/results/variants.sh
@@ -15,6 +15,11 @@ check_variant rhtneg $OUT $F/test_quantize_nvfp4.py $F/test_quantize_roundtrip.p
   done ) > $OUT/sanitizers_rhtneg.log 2>&1
 grep -E "checked|SUMMARY|rc=" $OUT/sanitizers_rhtneg.log
 time_variants $OUT/ab.log '"nvfp4"' tree rhtneg tree rhtneg
+# colsum: the norm and activation differential tests (every weight and bias gradient goes through the column sums),
+# memcheck and racecheck over the norm tests of 1000-, 4096- and 8192-wide rows; timed beside the tree.
+check_variant colsum $OUT $F/test_norms_differential.py $F/test_elementwise_differential.py -k "norm or dbias" -- \
+    $F/test_norms_differential.py -k "1000 or 4096 or 8192"
+time_variants $OUT/ab_colsum.log '"LayerNorm backward" "RMSNorm backward" "dbias"' tree colsum tree colsum
 # Where LayerNorm backward's warps wait (the floor it misses by 4 %): warp-stall samples per SASS line of the tree's
 # kernel, cut by stall_lines.py. Runs 22-24 changed occupancy, staging and L1 without finding it.
 export PYTHONPATH=$PWD

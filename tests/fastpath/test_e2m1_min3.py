@@ -2,7 +2,8 @@
 
 - e2m1_rne_min3 (the RNE code of |v| < 7 as the minimum of three roundings) against the threshold rule: every fp32
   value within 2^16 ulps of each rounding bound and of 0, 2, 4, 6 and 7, and a strided sample of [0, 7).
-  ``e2m1_min3_exhaustive.py`` in this directory checks every fp32 value of [0, 7) (about a minute).
+  ``e2m1_min3_exhaustive.py`` in this directory checks every fp32 value of [0, 7), and the stochastic rounding of
+  every fp32 value of [0, 8) with three bytes each (a few minutes).
 - e2m1_sr_min3 (stochastic rounding: a floor of the same concave map, capped at 7) against
   e2m1_stochastic_round: every random byte with the values near each grid point and bound, random pairs up to 16,
   and huge values and infinity.
@@ -83,6 +84,20 @@ def _sr_reference(a: np.ndarray, byte: np.ndarray) -> np.ndarray:
     return codes.numpy().astype(np.int64)
 
 
+def sr_reference_numpy(a: np.ndarray, byte: np.ndarray) -> np.ndarray:
+    """refops.formats.e2m1_stochastic_round on non-negative, non-NaN ``a``, op for op in numpy float32 (faster, for
+    the exhaustive script)."""
+    def step(v: np.ndarray) -> np.ndarray:
+        return np.where(v < 2.0, np.float32(0.5), np.where(v < 4.0, np.float32(1.0), np.float32(2.0)))
+
+    u = byte.astype(np.float32) / np.float32(256.0)
+    t = a + u * step(a)
+    step_t = step(t)
+    q = np.minimum(np.floor(t / step_t) * step_t, np.float32(6.0))
+    values = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], dtype=np.float32)
+    return np.searchsorted(values, q).astype(np.int64)
+
+
 def test_sr_min3_formula_matches_e2m1_stochastic_round():
     points = np.array([0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 5, 6, 7, 8, 12], dtype=np.float32)
     near = (points.view(np.uint32).astype(np.int64)[:, None] + np.arange(-600, 600)[None, :]).ravel()
@@ -95,5 +110,6 @@ def test_sr_min3_formula_matches_e2m1_stochastic_round():
                         np.array([1e30, 3.4e38, np.inf] * 2, dtype=np.float32)])
     byte = np.concatenate([byte, rng.integers(0, 256, 1 << 20), np.array([0, 0, 0, 255, 255, 255])])
     codes, expected = sr_min3_codes(a, byte), _sr_reference(a, byte)
+    np.testing.assert_array_equal(sr_reference_numpy(a, byte), expected)  # the exhaustive script's transcription
     wrong = np.flatnonzero(codes != expected)
     assert wrong.size == 0, f"{wrong.size} mismatches, first at (a, byte) = {list(zip(a[wrong[:5]], byte[wrong[:5]]))}"

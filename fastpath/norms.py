@@ -13,7 +13,8 @@ block; one wave of blocks (as many as the GPU holds at once; L2 normalization's
 backward at most 512 threads per SM, like the other backward kernels) walks the rows with
 a grid-stride loop, each thread prefetching its part of the block's next row into
 L2 (forward vector forms: and copying it into shared memory, 16 bytes per pack and
-thread of dynamic shared memory, 16 KiB for 256 threads). Backward kernels accumulate the weight (and bias) gradients of their rows in
+thread of dynamic shared memory, 16 KiB for 256 threads). Backward kernels
+accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
 threads; 512-thread blocks run ``layer_norm_bwd_wide``, which keeps it in
 registers), write one fp32 partial row per row slot, and a second small kernel

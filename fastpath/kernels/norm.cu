@@ -16,9 +16,10 @@
 // on a row it asks L2 for its part of the block's next row (prefetch.global.L2), so
 // the next row's loads hit L2. The forward's vector form also copies that part into
 // shared memory (RowStage, cp.async) once it has used the current row's values, and
-// loads the next row from there. Backward kernels keep x and dy of the row in registers
-// (loaded from L2 as above), accumulate the weight gradient of their rows in registers, and write one
-// partial row per row slot (blockIdx.x * blockDim.y + threadIdx.y); wgrad_finalize
+// loads the next row from there. Backward kernels keep x and dy of the row in
+// registers (loaded from L2 as above), accumulate the weight gradient of their rows
+// in registers, and write one partial row per row slot (blockIdx.x * blockDim.y +
+// threadIdx.y); wgrad_finalize
 // sums the partial rows. LayerNorm's bias gradient: layer_norm_bwd (blocks of at
 // most 256 threads) keeps it in shared memory, each thread only its own slots;
 // layer_norm_bwd_wide (512-thread blocks) keeps it in registers too and, lacking

@@ -128,3 +128,24 @@ def f64(value: float) -> np.float64:
 def grid_1d(n: int, block: int, *, max_blocks: int = 65535 * 8) -> tuple[int]:
     """Enough blocks of ``block`` threads for ``n`` items (kernels grid-stride past the cap)."""
     return (max(1, min((n + block - 1) // block, max_blocks)),)
+
+
+#: Threads a row-stripe of the column-sum kernels (COLUMN_SUM_STRIPES in kernels/column_sums.cuh).
+COLUMN_SUM_STRIPES = 16
+
+
+@functools.lru_cache(maxsize=8)
+def _sm_count(device_index: int) -> int:
+    return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def column_sums_shape(width: int, device: torch.device) -> tuple[tuple[int], tuple[int, int], int]:
+    """``(grid, block, vc)`` of a column-sum kernel (``column_sums.cuh``) over rows of ``width`` fp32 values:
+    ``vc`` columns per thread, 4 where the width allows it and the blocks still cover every SM, else 2 where it
+    allows that, else 1."""
+    index = device.index if device.index is not None else _current_device()
+    if width % 4 == 0 and -(-width // 128) >= _sm_count(index):
+        vc = 4
+    else:
+        vc = 2 if width % 2 == 0 else 1
+    return (-(-width // (32 * vc)),), (32, COLUMN_SUM_STRIPES), vc

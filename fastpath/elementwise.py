@@ -71,7 +71,6 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # elements per 16 bytes
 _THREADS = 256
 _MAX_GRID_Y = 65535
-_FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in activation.cu
 #: The bf16 SiTU-GLU forward by table (act_fwd_situglu_table_bf16, see activation.cu): blocks of this many
 #: threads, one wave of them walking the rows, for at least this many outputs (each block first fills its
 #: tables, ~12 K function evaluations; below that the plain kernel is as fast).
@@ -280,13 +279,14 @@ def _column_sums(g: torch.Tensor) -> torch.Tensor:
 
 
 def _finalize_columns(partial: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Column sums of the fp32 partial rows, rounded to ``dtype``: blocks of 32 columns x
-    ``_FINALIZE_STRIPES`` threads, each stripe summing every ``_FINALIZE_STRIPES``-th row."""
+    """Column sums of the fp32 partial rows, rounded to ``dtype`` (``column_sums.cuh``: stripes of every
+    ``COLUMN_SUM_STRIPES``-th row, then the stripes in order)."""
     parts, width = partial.shape
     out = torch.empty(width, dtype=dtype, device=partial.device)
     kernel = _kernel("dbias", f"dbias_finalize_{_SUFFIX[dtype]}", partial.device.index)
-    args = (_cuda.ptr(partial), _cuda.i64(parts), _cuda.i64(width), _cuda.ptr(out))
-    _cuda.launch(kernel, (-(-width // 32),), (32, _FINALIZE_STRIPES), args, device=partial.device)
+    grid, block, vc = _cuda.column_sums_shape(width, partial.device)
+    args = (_cuda.ptr(partial), _cuda.i64(parts), _cuda.i64(width), _cuda.ptr(out), _cuda.i32(vc))
+    _cuda.launch(kernel, grid, block, args, device=partial.device)
     return out
 
 

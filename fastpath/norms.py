@@ -18,7 +18,7 @@ accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
 threads; 512-thread blocks run ``layer_norm_bwd_wide``, which keeps it in
 registers), write one fp32 partial row per row slot, and a second small kernel
-sums the partial rows (32 columns x 16 stripes of rows per block). Rows wider than
+sums the partial rows (``column_sums.cuh``, shaped by ``_cuda.column_sums_shape``). Rows wider than
 a 512-thread block holds (16384 fp16/bf16, 8192 fp32, 4096 unaligned elements) go
 to the reference, as do CPU tensors, empty tensors and mixed dtypes.
 """
@@ -40,7 +40,6 @@ _VECTOR_WIDTH = {torch.float32: 4, torch.float16: 8, torch.bfloat16: 8}  # eleme
 _MAX_ROW_THREADS = 512
 _VECTOR_PACKS, _SCALAR_PACKS = 4, 8  # VEC_PPT and SCALAR_PPT in norm.cu
 _THREADS = 256
-_FINALIZE_STRIPES = 16  # FINALIZE_STRIPES in norm.cu
 #: layer_norm_bwd keeps its bias-gradient sums in shared memory sized for blocks of at most this
 #: many threads (DB_THREADS in norm.cu); wider blocks run layer_norm_bwd_wide.
 _DB_THREADS = 256
@@ -171,9 +170,9 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
         return dx, None, None
     dweight = torch.empty(n, dtype=weight.dtype, device=x.device)
     dbias = torch.empty(n, dtype=weight.dtype, device=x.device) if partial_b is not None else None
-    args = (c.ptr(partial_w), c.ptr(partial_b), c.i64(parts), c.i64(n), c.ptr(dweight), c.ptr(dbias))
-    c.launch(c.get_kernel(KERNEL_FILE, f"wgrad_finalize_{suffix}"), (-(-n // 32),), (32, _FINALIZE_STRIPES), args,
-             device=x.device)
+    grid, block, vc = c.column_sums_shape(n, x.device)
+    args = (c.ptr(partial_w), c.ptr(partial_b), c.i64(parts), c.i64(n), c.ptr(dweight), c.ptr(dbias), c.i32(vc))
+    c.launch(c.get_kernel(KERNEL_FILE, f"wgrad_finalize_{suffix}"), grid, block, args, device=x.device)
     return dx, dweight, dbias
 
 

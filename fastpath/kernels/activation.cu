@@ -43,6 +43,7 @@
 typedef long long i64;
 
 #include "vector_io.cuh"
+#include "column_sums.cuh"
 
 // Round each value to the storage dtype and back (the reference's .to(dtype) of an intermediate).
 template <class Tr, int V>
@@ -668,36 +669,6 @@ __device__ __forceinline__ void column_partials_body(const typename Tr::raw* __r
   write_column_partials<V, false>(acc, unused, partial, col, n);
 }
 
-// out[c] = sum over the `parts` rows of partial[:, c], in fp32, rounded once. A block
-// is 32 columns x FINALIZE_STRIPES threads: stripe t sums parts t, t + STRIPES, ...
-// (independent loads), then the stripes' sums are added in stripe order.
-#define FINALIZE_STRIPES 16
-template <class Tr>
-__device__ __forceinline__ void column_finalize_body(const float* __restrict__ partial, i64 parts, i64 width,
-                                                     typename Tr::raw* __restrict__ out) {
-  __shared__ float stripe_sum[FINALIZE_STRIPES][33];
-  const i64 col = (i64)blockIdx.x * 32 + threadIdx.x;
-  float s = 0.0f;
-  if (col < width) {
-    i64 j = threadIdx.y;
-    for (; j + 3 * FINALIZE_STRIPES < parts; j += 4 * FINALIZE_STRIPES) {
-      float v[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) v[u] = partial[(j + u * FINALIZE_STRIPES) * width + col];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) s += v[u];
-    }
-    for (; j < parts; j += FINALIZE_STRIPES) s += partial[j * width + col];
-  }
-  stripe_sum[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y != 0 || col >= width) return;
-  float total = 0.0f;
-#pragma unroll
-  for (int t = 0; t < FINALIZE_STRIPES; ++t) total += stripe_sum[t][threadIdx.x];
-  out[col] = Tr::store(total);
-}
-
 // ------------------------------------------------------------- entry points
 // act_fwd_<name>_<dtype>(x, bias|0, pre|0, y, rows, n, vec, p0..p3)
 // act_bwd_<name>_<dtype>(dy, x, dx, partial|0, rows, n, vec, p0..p3)
@@ -806,7 +777,8 @@ extern "C" __global__ void __launch_bounds__(1024)
 #endif
 
 // dbias_partial_<dtype>(g, partial, rows, n, vec): grid (column blocks, row blocks), any block shape.
-// dbias_finalize_<dtype>(partial, parts, width, out): grid (ceil(width / 32)), block (32, FINALIZE_STRIPES).
+// dbias_finalize_<dtype>(partial, parts, width, out, vc): grid (ceil(width / (32 vc))), block (32,
+// COLUMN_SUM_STRIPES) (column_sums.cuh).
 #define DEFINE_DBIAS(SUFFIX, TR, V)                                                                              \
   extern "C" __global__ void __launch_bounds__(256)                                                              \
       dbias_partial_##SUFFIX(const TR::raw* __restrict__ g, float* __restrict__ partial, i64 rows, i64 n,        \
@@ -816,9 +788,12 @@ extern "C" __global__ void __launch_bounds__(1024)
     else                                                                                                         \
       column_partials_body<TR, 1>(g, partial, rows, n);                                                          \
   }                                                                                                              \
-  extern "C" __global__ void __launch_bounds__(32 * FINALIZE_STRIPES)                                            \
-      dbias_finalize_##SUFFIX(const float* __restrict__ partial, i64 parts, i64 width, TR::raw* __restrict__ out) { \
-    column_finalize_body<TR>(partial, parts, width, out);                                                        \
+  extern "C" __global__ void __launch_bounds__(32 * COLUMN_SUM_STRIPES)                                          \
+      dbias_finalize_##SUFFIX(const float* __restrict__ partial, i64 parts, i64 width, TR::raw* __restrict__ out,  \
+                              int vc) {                                                                          \
+    const float* const partials[1] = {partial};                                                                  \
+    TR::raw* const outs[1] = {out};                                                                              \
+    column_sums<TR, 1>(partials, parts, width, outs, vc);                                                        \
   }
 
 #if GROUP_ENABLED(16)

@@ -37,6 +37,7 @@ typedef long long i64;
 
 #include "vector_io.cuh"
 #include "cp_async.cuh"
+#include "column_sums.cuh"
 
 // Ask L2 (L1) for the line holding p (a hint: no register, no wait, no effect on results).
 __device__ __forceinline__ void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
@@ -453,49 +454,6 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
   }
 }
 
-// out_a[c] = sum_j partial_a[j, c] (and the same for b when given), fp32, rounded once.
-// A block is 32 columns x FINALIZE_STRIPES threads: stripe t sums rows t, t + STRIPES,
-// ... (independent loads), then the stripes' sums are added in stripe order.
-#define FINALIZE_STRIPES 16
-template <class Tr>
-__device__ __forceinline__ void finalize_body(const float* __restrict__ partial_a,
-                                              const float* __restrict__ partial_b, i64 parts, i64 n,
-                                              typename Tr::raw* __restrict__ out_a,
-                                              typename Tr::raw* __restrict__ out_b) {
-  __shared__ float stripe_sum[2][FINALIZE_STRIPES][33];
-  const i64 c = (i64)blockIdx.x * 32 + threadIdx.x;
-  const bool two = partial_b != nullptr;
-  float sa = 0.0f, sb = 0.0f;
-  if (c < n) {
-    i64 j = threadIdx.y;
-    for (; j + FINALIZE_STRIPES < parts; j += 2 * FINALIZE_STRIPES) {
-      const float a0 = partial_a[j * n + c], a1 = partial_a[(j + FINALIZE_STRIPES) * n + c];
-      const float b0 = two ? partial_b[j * n + c] : 0.0f;
-      const float b1 = two ? partial_b[(j + FINALIZE_STRIPES) * n + c] : 0.0f;
-      sa += a0;
-      sa += a1;
-      sb += b0;
-      sb += b1;
-    }
-    if (j < parts) {
-      sa += partial_a[j * n + c];
-      if (two) sb += partial_b[j * n + c];
-    }
-  }
-  stripe_sum[0][threadIdx.y][threadIdx.x] = sa;
-  stripe_sum[1][threadIdx.y][threadIdx.x] = sb;
-  __syncthreads();
-  if (threadIdx.y != 0 || c >= n) return;
-  float ta = 0.0f, tb = 0.0f;
-#pragma unroll
-  for (int t = 0; t < FINALIZE_STRIPES; ++t) {
-    ta += stripe_sum[0][t][threadIdx.x];
-    tb += stripe_sum[1][t][threadIdx.x];
-  }
-  out_a[c] = Tr::store(ta);
-  if (two) out_b[c] = Tr::store(tb);
-}
-
 // ------------------------------------------------------------- entry points
 // Blocks have at most 512 threads (MAX_BLOCK_WARPS warps) and at most 64 registers a
 // thread, so that two such blocks, or four of 256 threads, fit on an SM. `vec`:
@@ -577,10 +535,18 @@ __device__ __forceinline__ void finalize_body(const float* __restrict__ partial_
       backward_body<L2, TR, 1, SCALAR_PPT>(dy, x, nullptr, rnorm, nullptr, dx, nullptr, nullptr, rows, n, eps,     \
                                            false);                                                                 \
   }                                                                                                                \
-  extern "C" __global__ void __launch_bounds__(32 * FINALIZE_STRIPES)                                              \
+  extern "C" __global__ void __launch_bounds__(32 * COLUMN_SUM_STRIPES)                                           \
       wgrad_finalize_##SUFFIX(const float* partial_a, const float* partial_b, i64 parts, i64 n, TR::raw* out_a,    \
-                              TR::raw* out_b) {                                                                    \
-    finalize_body<TR>(partial_a, partial_b, parts, n, out_a, out_b);                                               \
+                              TR::raw* out_b, int vc) {                                                            \
+    if (partial_b != nullptr) {                                                                                    \
+      const float* const partial[2] = {partial_a, partial_b};                                                      \
+      TR::raw* const out[2] = {out_a, out_b};                                                                      \
+      column_sums<TR, 2>(partial, parts, n, out, vc);                                                              \
+    } else {                                                                                                       \
+      const float* const partial[1] = {partial_a};                                                                 \
+      TR::raw* const out[1] = {out_a};                                                                             \
+      column_sums<TR, 1>(partial, parts, n, out, vc);                                                              \
+    }                                                                                                              \
   }
 
 DEFINE_NORMS(f32, F32, 4)

@@ -217,6 +217,32 @@ __device__ __forceinline__ void rht16_sequential(float (&v)[16], int sign_mask) 
     }
 }
 
+// The first butterfly stage of the signed chunk, z[i] = s_i v_i + s_j v_j and z[j] = s_i v_i - s_j v_j (j = i + 1,
+// i even), with each sign folded into its add or subtract: b - a for -a + b, (-a) - b for -a - b (the negation an
+// operand modifier). Each is the same IEEE operation on the same values as with the signed operands, so the results
+// are identical, zeros' signs included.
+template <bool SIGNS>
+__device__ __forceinline__ void fwht_signed_stage1(const float (&v)[16], float (&z)[16]) {
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) {
+        const bool ni = SIGNS && ((RHT_NEGATIVE_SIGNS >> i) & 1u), nj = SIGNS && ((RHT_NEGATIVE_SIGNS >> (i + 1)) & 1u);
+        const float a = v[i], b = v[i + 1];
+        if (!ni && !nj) {
+            z[i] = f32_add(a, b);
+            z[i + 1] = f32_sub(a, b);
+        } else if (!ni) {  // a - b, a + b
+            z[i] = f32_sub(a, b);
+            z[i + 1] = f32_add(a, b);
+        } else if (!nj) {  // -a + b, -a - b
+            z[i] = f32_sub(b, a);
+            z[i + 1] = f32_sub(f32_neg(a), b);
+        } else {  // -a - b, -a + b
+            z[i] = f32_sub(f32_neg(a), b);
+            z[i + 1] = f32_sub(b, a);
+        }
+    }
+}
+
 // The same by the fast Walsh-Hadamard transform (4 butterfly stages, 64 additions), for a chunk whose every
 // signed partial sum is exact (rht_exact): then each of the reference's sums is the exact value
 // 0.25 * sum_i s_i H_ij x_i whatever the order, and so is every butterfly output; the final
@@ -224,11 +250,9 @@ __device__ __forceinline__ void rht16_sequential(float (&v)[16], int sign_mask) 
 template <bool SIGNS>
 __device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
     float z[16];
+    fwht_signed_stage1<SIGNS>(v, z);
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-        z[i] = (SIGNS && ((RHT_NEGATIVE_SIGNS >> i) & 1u)) ? __uint_as_float(__float_as_uint(v[i]) ^ 0x80000000u) : v[i];
-#pragma unroll
-    for (int b = 1; b < 16; b <<= 1) {
+    for (int b = 2; b < 16; b <<= 1) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             if (i & b) continue;
@@ -249,11 +273,9 @@ __device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
 template <bool SIGNS>
 __device__ __forceinline__ float rht16_fwht_absmax(const float (&v)[16]) {
     float z[16];
+    fwht_signed_stage1<SIGNS>(v, z);
 #pragma unroll
-    for (int i = 0; i < 16; ++i)
-        z[i] = (SIGNS && ((RHT_NEGATIVE_SIGNS >> i) & 1u)) ? __uint_as_float(__float_as_uint(v[i]) ^ 0x80000000u) : v[i];
-#pragma unroll
-    for (int b = 1; b < 8; b <<= 1) {
+    for (int b = 2; b < 8; b <<= 1) {
 #pragma unroll
         for (int i = 0; i < 16; ++i) {
             if (i & b) continue;

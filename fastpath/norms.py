@@ -16,8 +16,11 @@ L2 (forward vector forms: and copying it into shared memory, 16 bytes per pack a
 thread of dynamic shared memory, 16 KiB for 256 threads). Backward kernels
 accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
-threads; 512-thread blocks run ``layer_norm_bwd_wide``, which keeps it in
-registers), write one fp32 partial row per row slot, and a second small kernel
+threads, beside each element's ``g`` and ``xhat``, which the second pass reads back
+instead of recomputing: 96 KiB of dynamic shared memory for fp16/bf16, 48 KiB for
+fp32, opted in with ``_allow_shared``; 512-thread blocks run ``layer_norm_bwd_wide``,
+which keeps the bias gradient in registers), write one fp32 partial row per row slot
+(16-byte stores), and a second small kernel
 sums the partial rows (``column_sums.cuh``, shaped by ``_cuda.column_sums_shape``). Rows wider than
 a 512-thread block holds (16384 fp16/bf16, 8192 fp32, 4096 unaligned elements) go
 to the reference, as do CPU tensors, empty tensors and mixed dtypes.
@@ -77,6 +80,15 @@ def _wave(name: str, device_index: int, threads: int, shared: int = 0) -> int:
     except Exception:  # an older CuPy without the query: a count that always fits
         pass
     return max(1, per_sm) * _sm_count(torch.device("cuda", device_index))
+
+
+@functools.lru_cache(maxsize=None)
+def _allow_shared(name: str, device_index: int, nbytes: int) -> None:
+    """Let kernel ``name`` take ``nbytes`` of dynamic shared memory (above 48 KiB needs the opt-in)."""
+    from cupy.cuda import driver
+
+    kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
+    driver.funcSetAttribute(kernel.ptr, 8, nbytes)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 def _row_layout(n: int, dtype: torch.dtype, *tensors: Optional[torch.Tensor]) -> Optional[tuple[bool, int, int]]:
@@ -149,7 +161,11 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
     suffix = _SUFFIX[x.dtype]
     wide = kind == "layer_norm" and tpr * rpb > _DB_THREADS
     name = f"{kind}_bwd_wide_{suffix}" if wide else f"{kind}_bwd_{suffix}"
-    blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb))
+    shared = 0
+    if kind == "layer_norm" and not wide:  # the bias gradient, g and xhat in shared memory: 3 x DB_FLOATS(V) floats
+        shared = 3 * max(_VECTOR_PACKS * _VECTOR_WIDTH[x.dtype], _SCALAR_PACKS) * _DB_THREADS * 4  # a thread
+        _allow_shared(name, x.device.index, shared)
+    blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb, shared))
     if kind == "l2_norm":  # at most _BWD_THREADS_PER_SM resident threads per SM, as the other backward kernels
         per_sm = max(1, _BWD_THREADS_PER_SM // (tpr * rpb))
         blocks = min(blocks, per_sm * _sm_count(x.device))
@@ -165,7 +181,7 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
                 c.i64(n), c.i32(int(zero_centered)), c.i32(int(vec)))
     else:
         args = (c.ptr(dy), c.ptr(x), c.ptr(rstd), c.ptr(dx), c.i64(rows), c.i64(n), c.f32(eps), c.i32(int(vec)))
-    c.launch(c.get_kernel(KERNEL_FILE, name), (blocks,), (tpr, rpb), args, device=x.device)
+    c.launch(c.get_kernel(KERNEL_FILE, name), (blocks,), (tpr, rpb), args, device=x.device, shared_mem=shared)
     if weight is None:
         return dx, None, None
     dweight = torch.empty(n, dtype=weight.dtype, device=x.device)

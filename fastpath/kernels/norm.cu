@@ -19,10 +19,10 @@
 // loads the next row from there. Backward kernels keep x and dy of the row in
 // registers (loaded from L2 as above), accumulate the weight gradient of their rows
 // in registers, and write one partial row per row slot (blockIdx.x * blockDim.y +
-// threadIdx.y); wgrad_finalize
-// sums the partial rows. LayerNorm's bias gradient: layer_norm_bwd (blocks of at
-// most 256 threads) keeps it in shared memory, each thread only its own slots;
-// layer_norm_bwd_wide (512-thread blocks) keeps it in registers too and, lacking
+// threadIdx.y, 16-byte stores); wgrad_finalize sums the partial rows. LayerNorm's
+// bias gradient: layer_norm_bwd (blocks of at most 256 threads) keeps it in shared
+// memory, each thread only its own slots, and keeps there too each element's g and
+// xhat from pass 1 for pass 2 (GPU run 30: 0.251 -> 0.228 ms); layer_norm_bwd_wide (512-thread blocks) keeps it in registers too and, lacking
 // registers for x and dy, prefetches them into L1 and reads them there in both passes.
 // A backward row whose packs are all in range in every thread (rows of TPR * VPT * V
 // elements: power-of-two widths from 1024 fp16/bf16 or 512 fp32 elements) runs each
@@ -252,7 +252,7 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
 #define NORM_BWD_PASS1(FULL, ZC)                                              \
   _Pragma("unroll") for (int k = 0; k < VPT; ++k) {                           \
     if ((FULL) || (row_ok && has[k])) {                                       \
-      float xf[V], gf[V], wf[V], ab[V];                                       \
+      float xf[V], gf[V], wf[V], ab[V], g_st[V], xhat_st[V];                  \
       io::unpack(reread ? io::load(xrow + col[k]) : xr[k], xf);               \
       io::unpack(reread ? io::load(dyrow + col[k]) : gr[k], gf);              \
       if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);              \
@@ -269,20 +269,31 @@ __device__ __forceinline__ void forward_body(const typename Tr::raw* __restrict_
           acc_w[k][j] = __fmaf_rn(gf[j], xhat, acc_w[k][j]);                  \
           if (db_regs) acc_b[db_regs ? k : 0][j] += gf[j];                    \
           if (DB_SHARED) ab[j] += gf[j];                                      \
+          if (DB_SHARED) g_st[j] = g;                                         \
+          if (DB_SHARED) xhat_st[j] = xhat;                                   \
         }                                                                     \
       }                                                                       \
       if (DB_SHARED) DbShared<V>::store(db_sh, k, tid, ab);                   \
+      if (DB_SHARED) DbShared<V>::store(g_sh, k, tid, g_st);                  \
+      if (DB_SHARED) DbShared<V>::store(xhat_sh, k, tid, xhat_st);            \
     }                                                                         \
   }
 #define NORM_BWD_PASS2(FULL, ZC)                                              \
   _Pragma("unroll") for (int k = 0; k < VPT; ++k) {                           \
     if ((FULL) || (row_ok && has[k])) {                                       \
       float xf[V], gf[V], wf[V], out[V];                                      \
-      io::unpack(reread ? io::reload(xrow + col[k]) : xr[k], xf);             \
-      io::unpack(reread ? io::reload(dyrow + col[k]) : gr[k], gf);            \
-      if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);              \
+      if (DB_SHARED) {                                                        \
+        DbShared<V>::load(g_sh, k, tid, gf);                                  \
+        DbShared<V>::load(xhat_sh, k, tid, xf);                               \
+      } else {                                                                \
+        io::unpack(reread ? io::reload(xrow + col[k]) : xr[k], xf);           \
+        io::unpack(reread ? io::reload(dyrow + col[k]) : gr[k], gf);          \
+        if (KIND != L2) io::unpack(io::load(weight + col[k]), wf);            \
+      }                                                                       \
       _Pragma("unroll") for (int j = 0; j < V; ++j) {                         \
-        if (KIND == L2) {                                                     \
+        if (DB_SHARED) {                                                      \
+          out[j] = rstd * ((gf[j] - mean_g) - xf[j] * mean_gx);               \
+        } else if (KIND == L2) {                                              \
           out[j] = rstd * (gf[j] - xf[j] * q);                                \
         } else {                                                              \
           const float xhat = KIND == LAYER ? (xf[j] - mean) * rstd : xf[j] * rstd; \
@@ -340,9 +351,27 @@ struct DbShared {
   }
 };
 
+// V floats to p: 16-byte stores when V is a multiple of 4 (p is then 16-byte aligned:
+// the partial rows' width n is a multiple of V), else one float at a time. One 4-byte
+// store per float to the thread-strided partial rows touched 32 L2 sectors per warp
+// store for 4 useful ones (GPU run 29: 8 % of LayerNorm backward's sectors).
+template <int V>
+__device__ __forceinline__ void store_floats(float* p, const float (&v)[V]) {
+  if constexpr (V % 4 == 0) {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q)
+      *reinterpret_cast<float4*>(p + 4 * q) = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  } else {
+#pragma unroll
+    for (int j = 0; j < V; ++j) p[j] = v[j];
+  }
+}
+
 // DB_SHARED (LAYER only): the bias-gradient accumulators live in shared memory
-// (db_sh, VPT * V * DB_THREADS floats, 16-byte aligned) and x and dy of the row in
-// registers (blocks of at most DB_THREADS threads). Without it LAYER keeps both
+// (db_sh, VPT * V * DB_THREADS floats, 16-byte aligned), followed there by pass 1's g
+// and xhat of every pack (as many floats each), which pass 2 reads back instead of
+// unpacking x, dy and gamma again; x and dy of the row are loaded into registers for
+// pass 1 (blocks of at most DB_THREADS threads). Without it LAYER keeps both
 // accumulators in registers and re-reads x and dy from L1.
 template <int KIND, class Tr, int V, int VPT, bool DB_SHARED = false>
 __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict__ dy,
@@ -352,6 +381,9 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
                                               typename Tr::raw* __restrict__ dx, float* __restrict__ partial_w,
                                               float* __restrict__ partial_b, i64 rows, i64 n, float eps,
                                               bool zero_centered, float* db_sh = nullptr) {
+  // DB_SHARED: pass 1's g and xhat of each pack, read back by pass 2 (the same fp32 values it would recompute).
+  float* const g_sh = DB_SHARED ? db_sh + VPT * V * DB_THREADS : nullptr;
+  float* const xhat_sh = DB_SHARED ? g_sh + VPT * V * DB_THREADS : nullptr;
   typedef Io<Tr, V> io;
   typedef typename io::Raw Raw;
   typedef typename Tr::raw R;
@@ -444,12 +476,9 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
     if (has[k]) {
       float ab[V];
       if (DB_SHARED) DbShared<V>::load(db_sh, k, tid, ab);
-#pragma unroll
-      for (int j = 0; j < V; ++j) {
-        partial_w[slot * n + col[k] + j] = acc_w[k][j];
-        if (db_regs) partial_b[slot * n + col[k] + j] = acc_b[db_regs ? k : 0][j];
-        if (DB_SHARED) partial_b[slot * n + col[k] + j] = ab[j];
-      }
+      store_floats(partial_w + slot * n + col[k], acc_w[k]);
+      if (db_regs) store_floats(partial_b + slot * n + col[k], acc_b[db_regs ? k : 0]);
+      if (DB_SHARED) store_floats(partial_b + slot * n + col[k], ab);
     }
   }
 }
@@ -460,12 +489,15 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
 // 16-byte packs (n % V == 0, 16-byte aligned pointers, n <= 512 * 4 * V); otherwise
 // single elements (n <= 512 * 8). Backward kernels keep their gradient accumulators
 // in registers and are bounded by 512 threads only, except layer_norm_bwd: at most
-// DB_THREADS (256) threads, whose bias-gradient sums it keeps in shared memory;
-// the launcher sends 512-thread blocks to layer_norm_bwd_wide.
+// DB_THREADS (256) threads, whose bias-gradient sums, g and xhat it keeps in dynamic
+// shared memory (3 * DB_FLOATS(V) * DB_THREADS floats: 96 KiB for fp16/bf16, 48 KiB
+// for fp32, which the launcher opts in to); the launcher sends 512-thread blocks to
+// layer_norm_bwd_wide.
 
 #define VEC_PPT 4
 #define SCALAR_PPT 8
-// Bias-gradient floats a thread keeps in shared memory (layer_norm_bwd): the larger of the two forms.
+// Floats of each of the bias gradient, g and xhat that a thread keeps in shared memory
+// (layer_norm_bwd): the larger of the two forms.
 #define DB_FLOATS(V) ((VEC_PPT * (V)) > SCALAR_PPT ? (VEC_PPT * (V)) : SCALAR_PPT)
 
 #define DEFINE_NORMS(SUFFIX, TR, V)                                                                                 \
@@ -496,7 +528,7 @@ __device__ __forceinline__ void backward_body(const typename Tr::raw* __restrict
       layer_norm_bwd_##SUFFIX(const TR::raw* dy, const TR::raw* x, const float* mean, const float* rstd,           \
                               const TR::raw* w, TR::raw* dx, float* partial_w, float* partial_b, i64 rows, i64 n,  \
                               int zero_centered, int vec) {                                                        \
-    __shared__ __align__(16) float db_sh[DB_FLOATS(V) * DB_THREADS];                                               \
+    extern __shared__ __align__(16) float db_sh[]; /* 3 x DB_FLOATS(V) * DB_THREADS: launcher's shared_mem */      \
     if (vec)                                                                                                       \
       backward_body<LAYER, TR, V, VEC_PPT, true>(dy, x, mean, rstd, w, dx, partial_w, partial_b, rows, n, 0.0f,    \
                                                  zero_centered != 0, db_sh);                                       \

@@ -135,8 +135,26 @@ COLUMN_SUM_STRIPES = 16
 
 
 @functools.lru_cache(maxsize=8)
-def _sm_count(device_index: int) -> int:
+def sm_count(device_index: int) -> int:
+    """The number of SMs of CUDA device ``device_index``."""
     return torch.cuda.get_device_properties(device_index).multi_processor_count
+
+
+def resident_blocks(kernel: Any, device_index: int, threads: int, shared: int = 0, *, fallback_per_sm: int) -> int:
+    """How many ``threads``-thread blocks of ``kernel``, with ``shared`` bytes of dynamic shared memory each, the
+    whole GPU holds at once: one wave, the grid of a grid-stride kernel whose blocks all do the same work (a grid
+    of more blocks than that runs a last, partial wave). ``fallback_per_sm`` blocks per SM where CuPy lacks the
+    occupancy query."""
+    per_sm = fallback_per_sm
+    try:
+        import cupy
+        from cupy.cuda import driver
+
+        with cupy.cuda.Device(device_index):
+            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared))
+    except Exception:  # an older CuPy without the query: the caller's estimate
+        pass
+    return max(1, per_sm) * sm_count(device_index)
 
 
 def column_sums_shape(width: int, device: torch.device) -> tuple[tuple[int], tuple[int, int], int]:
@@ -144,7 +162,7 @@ def column_sums_shape(width: int, device: torch.device) -> tuple[tuple[int], tup
     ``vc`` columns per thread, 4 where the width allows it and the blocks still cover every SM, else 2 where it
     allows that, else 1."""
     index = device.index if device.index is not None else _current_device()
-    if width % 4 == 0 and -(-width // 128) >= _sm_count(index):
+    if width % 4 == 0 and -(-width // 128) >= sm_count(index):
         vc = 4
     else:
         vc = 2 if width % 2 == 0 else 1

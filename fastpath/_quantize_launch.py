@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from typing import Any
 
 import torch
 
+from . import _cuda
 from ._cuda import get_kernel, launch
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -24,9 +24,7 @@ def _fast_input(x: torch.Tensor) -> bool:
     return isinstance(x, torch.Tensor) and _on_cuda(x) and x.dtype in _SUFFIX and x.numel() > 0
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device_index: int) -> int:
-    return torch.cuda.get_device_properties(device_index).multi_processor_count
+_sm_count = _cuda.sm_count
 
 
 def _grid(work_items: int, device: torch.device, *, block: int = _THREADS) -> tuple[int]:

@@ -128,11 +128,6 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, n - 1).bit_length()
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _blocks(rows: int, n: int, v: int, device: torch.device, *, wave: Optional[int] = None):
     """``(grid, block)`` for ``rows`` rows of ``n`` elements, ``v`` per thread.
 
@@ -149,7 +144,7 @@ def _blocks(rows: int, n: int, v: int, device: torch.device, *, wave: Optional[i
     if wave is not None:
         gy = min(row_blocks, max(1, wave // gx))
     else:
-        gy = min(row_blocks, max(-(-row_blocks // 4), -(-16 * _sm_count(device) // gx)))
+        gy = min(row_blocks, max(-(-row_blocks // 4), -(-16 * _cuda.sm_count(device.index) // gx)))
     return (gx, max(1, min(gy, _MAX_GRID_Y))), (tx, ty)
 
 
@@ -160,18 +155,8 @@ _FALLBACK_BLOCKS_PER_SM = 4
 @functools.lru_cache(maxsize=None)
 def _wave(group: str, name: str, device_index: int, threads: int, shared: int) -> int:
     """How many ``threads``-thread blocks of kernel ``name`` the whole GPU holds at once."""
-    device = torch.device("cuda", device_index)
-    per_sm = _FALLBACK_BLOCKS_PER_SM
-    try:
-        import cupy
-        from cupy.cuda import driver
-
-        with cupy.cuda.Device(device_index):
-            kernel = _kernel(group, name, device_index)
-            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared))
-    except Exception:  # an older CuPy without the query: the conservative estimate
-        pass
-    return max(1, per_sm) * _sm_count(device)
+    kernel = _kernel(group, name, device_index)
+    return _cuda.resident_blocks(kernel, device_index, threads, shared, fallback_per_sm=_FALLBACK_BLOCKS_PER_SM)
 
 
 def _partial_launch(group: str, name: str, rows: int, n: int, v: int, device: torch.device, shared_per_thread: int):

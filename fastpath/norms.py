@@ -60,26 +60,12 @@ def max_fast_width(dtype: torch.dtype, *, vectorized: bool = True) -> int:
     return _MAX_ROW_THREADS * per_thread
 
 
-@functools.lru_cache(maxsize=8)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 @functools.lru_cache(maxsize=None)
 def _wave(name: str, device_index: int, threads: int, shared: int = 0) -> int:
     """How many ``threads``-thread blocks of kernel ``name`` (with ``shared`` bytes of dynamic shared memory) the
     whole GPU holds at once."""
-    per_sm = _FALLBACK_BLOCKS_PER_SM
-    try:
-        import cupy
-        from cupy.cuda import driver
-
-        with cupy.cuda.Device(device_index):
-            kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
-            per_sm = int(driver.occupancyMaxActiveBlocksPerMultiprocessor(kernel.ptr, threads, shared))
-    except Exception:  # an older CuPy without the query: a count that always fits
-        pass
-    return max(1, per_sm) * _sm_count(torch.device("cuda", device_index))
+    kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
+    return _cuda.resident_blocks(kernel, device_index, threads, shared, fallback_per_sm=_FALLBACK_BLOCKS_PER_SM)
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,7 +154,7 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
     blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb, shared))
     if kind == "l2_norm":  # at most _BWD_THREADS_PER_SM resident threads per SM, as the other backward kernels
         per_sm = max(1, _BWD_THREADS_PER_SM // (tpr * rpb))
-        blocks = min(blocks, per_sm * _sm_count(x.device))
+        blocks = min(blocks, per_sm * _cuda.sm_count(x.device.index))
     parts = blocks * rpb
     partial_w = torch.empty((parts, n), dtype=torch.float32, device=x.device) if weight is not None else None
     partial_b = torch.empty((parts, n), dtype=torch.float32, device=x.device) if kind == "layer_norm" else None

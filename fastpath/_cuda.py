@@ -85,6 +85,22 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
+#: Dynamic shared memory (bytes) a kernel may take without opting in.
+_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+
+
+@functools.lru_cache(maxsize=None)
+def allow_dynamic_shared(kernel: Any, device_index: int, nbytes: int) -> None:
+    """Let ``kernel`` take ``nbytes`` of dynamic shared memory: above 48 KiB a kernel must opt in
+    (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), before its occupancy is queried or it is launched.
+    Cached per kernel object, so a kernel compiled and loaded again opts in again."""
+    import cupy
+    from cupy.cuda import driver
+
+    with cupy.cuda.Device(device_index):
+        driver.funcSetAttribute(kernel.ptr, 8, nbytes)  # 8: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
 def launch(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *,
            device: torch.device, shared_mem: int = 0) -> None:
     """Launch ``kernel`` on torch's current stream of ``device``.
@@ -94,6 +110,8 @@ def launch(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequenc
     the launch.
     """
     index = device.index if device.index is not None else _current_device()
+    if shared_mem > _DEFAULT_DYNAMIC_SHARED:
+        allow_dynamic_shared(kernel, index, shared_mem)
     stream = _stream(_raw_stream(index))
     if _current_device() == index:
         kernel(tuple(grid), tuple(block), tuple(args), shared_mem=shared_mem, stream=stream)

@@ -18,7 +18,7 @@ accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
 threads, beside each element's ``g`` and ``xhat``, which the second pass reads back
 instead of recomputing: 96 KiB of dynamic shared memory for fp16/bf16, 48 KiB for
-fp32, opted in with ``_allow_shared``; 512-thread blocks run ``layer_norm_bwd_wide``,
+fp32, opted in with ``_cuda.allow_dynamic_shared``; 512-thread blocks run ``layer_norm_bwd_wide``,
 which keeps the bias gradient in registers), write one fp32 partial row per row slot
 (16-byte stores), and a second small kernel
 sums the partial rows (``column_sums.cuh``, shaped by ``_cuda.column_sums_shape``). Rows wider than
@@ -66,15 +66,6 @@ def _wave(name: str, device_index: int, threads: int, shared: int = 0) -> int:
     whole GPU holds at once."""
     kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
     return _cuda.resident_blocks(kernel, device_index, threads, shared, fallback_per_sm=_FALLBACK_BLOCKS_PER_SM)
-
-
-@functools.lru_cache(maxsize=None)
-def _allow_shared(name: str, device_index: int, nbytes: int) -> None:
-    """Let kernel ``name`` take ``nbytes`` of dynamic shared memory (above 48 KiB needs the opt-in)."""
-    from cupy.cuda import driver
-
-    kernel = _cuda.get_kernel(KERNEL_FILE, name, device_index)
-    driver.funcSetAttribute(kernel.ptr, 8, nbytes)  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
 
 def _row_layout(n: int, dtype: torch.dtype, *tensors: Optional[torch.Tensor]) -> Optional[tuple[bool, int, int]]:
@@ -150,7 +141,7 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
     shared = 0
     if kind == "layer_norm" and not wide:  # the bias gradient, g and xhat in shared memory: 3 x DB_FLOATS(V) floats
         shared = 3 * max(_VECTOR_PACKS * _VECTOR_WIDTH[x.dtype], _SCALAR_PACKS) * _DB_THREADS * 4  # a thread
-        _allow_shared(name, x.device.index, shared)
+        _cuda.allow_dynamic_shared(_cuda.get_kernel(KERNEL_FILE, name, x.device.index), x.device.index, shared)
     blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb, shared))
     if kind == "l2_norm":  # at most _BWD_THREADS_PER_SM resident threads per SM, as the other backward kernels
         per_sm = max(1, _BWD_THREADS_PER_SM // (tpr * rpb))

@@ -35,7 +35,8 @@ import torch
 
 from refops.kernels.reference.quant_nvfp4 import check_random_bytes, nvfp4_scale_shape, validate_options
 
-from ._cuda import f32, i32, i64, ptr
+from . import _cuda
+from ._cuda import f32, get_kernel, i32, i64, ptr
 from ._quantize_launch import (
     _SUFFIX,
     _THREADS,
@@ -138,7 +139,11 @@ def nvfp4_global_amaxes(x: torch.Tensor, *, rowwise: bool, columnwise: bool, rht
     col_amax = amaxes[1:2] if columnwise else None
     if rht:  # the column-wise amax is taken over the bf16 RHT outputs
         tasks = (m // 16) * (k // 4)
-        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (max(1, min(_ceil_div(tasks, _THREADS), 8 * sms)),), _THREADS,
+        # one wave of resident blocks (80 registers a thread: 3 blocks per SM on sm_90), each taking an equal share
+        # of the chunks: 8 blocks per SM, as for the plain amax, ran 2.67 waves, the last a third empty
+        wave = _cuda.resident_blocks(get_kernel("nvfp4.cu", "nvfp4_rht_amax_bf16", dev.index), dev.index, _THREADS,
+                                     fallback_per_sm=2)
+        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (max(1, min(_ceil_div(tasks, _THREADS), wave)),), _THREADS,
              (ptr(x), i32(m), i32(k), i32(int(sign_mask)), ptr(row_amax), ptr(col_amax)), dev)
     else:  # both orientations see the same values
         n16 = x.numel() * x.element_size() // 16  # K % 16 == 0: whole 16-byte vectors

@@ -24,7 +24,9 @@
 //                           the integer maximum of the |x| bits already taken for rht_exact (the NaN-skipping
 //                           packed maximum only for a chunk holding a NaN); an exact chunk's RHT amax is
 //                           bf16(fma(max |z|, 0.25, +0)) over the butterfly outputs z, its last stage
-//                           folded as |lo| + |hi| (rht16_fwht_absmax: no per-output rounding).
+//                           folded as |lo| + |hi| (rht16_fwht_absmax_unscaled: no per-output rounding),
+//                           and the scaling taken once, on the largest max |z| of a thread's exact chunks
+//                           (rht16_scaled_magnitude). Its grid is one wave of resident blocks.
 //   nvfp4_quantize_<v>_*    pass 2, one kernel per option set <v> (std, 2d, sr, 2d_sr, rht, sr_rht, 4o6,
 //                           4o6_2d): persistent blocks walk 64-row x 256-byte tiles (last tile first, so
 //                           pass 1's most recent lines are still in L2; tile coordinates advanced by a
@@ -271,7 +273,7 @@ __device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
 // pair (lo + hi, lo - hi), both exact, the larger magnitude is |lo| + |hi|, which is one of them up to sign
 // and so exact as well.
 template <bool SIGNS>
-__device__ __forceinline__ float rht16_fwht_absmax(const float (&v)[16]) {
+__device__ __forceinline__ float rht16_fwht_absmax_unscaled(const float (&v)[16]) {
     float z[16];
     fwht_signed_stage1<SIGNS>(v, z);
 #pragma unroll
@@ -287,6 +289,12 @@ __device__ __forceinline__ float rht16_fwht_absmax(const float (&v)[16]) {
     float m = 0.0f;
 #pragma unroll
     for (int i = 0; i < 8; ++i) m = f32_max(m, f32_add(f32_abs(z[i]), f32_abs(z[i + 8])));
+    return m;
+}
+
+// The bf16 RHT output magnitude of an unscaled butterfly magnitude m (exact): bf16(fma(m, 0.25, +0)), odd and
+// non-decreasing in m, so the largest of many is taken once, on the largest m.
+__device__ __forceinline__ float rht16_scaled_magnitude(float m) {
     return __bfloat162float(__float2bfloat16_rn(f32_fma(m, 0.25f, 0.0f)));
 }
 
@@ -997,7 +1005,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
     int group = (int)(first - chunk * groups);
     const i64 stride_chunks = stride / groups;
     const int stride_groups = (int)(stride - stride_chunks * groups);
-    float ay = 0.0f;
+    float ay = 0.0f, my = 0.0f;  // my: the largest unscaled magnitude of the exact chunks
     u32 ax16 = 0u;
 #pragma unroll 1
     for (i64 task = first; task < n_tasks; task += stride) {
@@ -1036,7 +1044,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
                 rht16_sequential(v, sign_mask);
                 ay = f32_max(ay, amax16(v));
             } else {
-                ay = f32_max(ay, sign_mask ? rht16_fwht_absmax<true>(v) : rht16_fwht_absmax<false>(v));
+                my = f32_max(my, sign_mask ? rht16_fwht_absmax_unscaled<true>(v) : rht16_fwht_absmax_unscaled<false>(v));
             }
         }
         group += stride_groups;
@@ -1046,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             ++chunk;
         }
     }
-    ay = block_max(ay);
+    ay = block_max(f32_max(ay, rht16_scaled_magnitude(my)));
     publish_max(ay, amax_rht);
     if (amax_x != nullptr) {
         float ax = f32_max(f32_max(0.0f, bits16_to_f32<__nv_bfloat16>(ax16 & 0xFFFFu)),

@@ -104,6 +104,28 @@ def test_layer_norm(dtype, shape, zero_centered_gamma, cuda, reference_backend, 
     assert_wgrad_close(db, db_ref, dy, "LayerNorm dbias")
 
 
+def test_layer_norm_backward_after_its_kernel_is_loaded_again(cuda, reference_backend, fastpath_backend):
+    """layer_norm_bwd takes 96 KiB of dynamic shared memory for bf16, which every loaded copy of the kernel must opt
+    in to: after the kernel caches are cleared (as test_nvrtc_compile's tests do), the kernel compiled and loaded
+    again runs, and gives the same bytes."""
+    from fastpath import _cuda
+
+    shape, dtype = (64, 8192), torch.bfloat16
+    x = make(shape, dtype, cuda, scale=2.0, offset=3.0)
+    w = make((shape[-1],), dtype, cuda, seed=1, scale=0.5, offset=1.0)
+    dy = make(shape, dtype, cuda, seed=3)
+    with refops.use_backend(reference_backend) as ref:
+        _, mean, rstd = ref.layer_norm_forward(x, w, w, eps=1e-5, zero_centered_gamma=False, out_dtype=dtype)
+    args = ("layer_norm_backward", dy, x, mean, rstd, w)
+    first, expected = run_both(reference_backend, fastpath_backend, *args, zero_centered_gamma=False)
+    _cuda._module.cache_clear()
+    _cuda._kernel.cache_clear()
+    again, _ = run_both(reference_backend, fastpath_backend, *args, zero_centered_gamma=False)
+    for name, a, b in zip(("dx", "dweight", "dbias"), again, first):
+        assert torch.equal(a, b), f"LayerNorm {name} changed when the kernel was loaded again"
+    assert_output_close(again[0], expected[0], "LayerNorm dx")
+
+
 # --------------------------------------------------------------------- RMSNorm
 @pytest.mark.parametrize("zero_centered_gamma", [False, True], ids=["gamma", "zero_centered"])
 @pytest.mark.parametrize("shape", SHAPES, ids=_ids)

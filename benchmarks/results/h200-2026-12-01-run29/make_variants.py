@@ -1,4 +1,4 @@
-"""Build the variant of GPU run 28 (prepared 2026-11-30, after the session's device time was spent). Run from the
+"""Build the variants of GPU run 29 (prepared 2026-11-30 as "run 28", run 2026-12-01). Run from the
 repository root.
 
 _variants/rhtneg: nvfp4.cu's RHT butterflies take the random signs in their first stage (fwht_signed_stage1):

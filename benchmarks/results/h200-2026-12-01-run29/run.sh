@@ -1,8 +1,8 @@
 #!/bin/bash
-# GPU run 28 (prepared 2026-11-30, not yet run): the rhtneg variant (make_variants.py), checked in a scratch copy of
+# GPU run 29 (prepared 2026-11-30 as "run 28", run 2026-12-01): the rhtneg variant (make_variants.py), checked in a scratch copy of
 # the tree (the NVFP4 test files; memcheck and racecheck over the smoke script's NVFP4 cases) and timed twice beside
 # the tree; the colsum variant the same way; then two Nsight Compute profiles (see below). About 6-7 minutes.
-# Build the variant first (CPU): python3 benchmarks/results/h200-next-run28/make_variants.py; carry _variants.
+# Build the variant first (CPU): python3 benchmarks/results/h200-2026-12-01-run29/make_variants.py; carry _variants.
 OUT=${1:?output directory}
 . benchmarks/results/variants.sh
 device_setup
@@ -29,7 +29,7 @@ FASTPATH_LINEINFO=1 timeout 120 ncu --target-processes all -o /tmp/prof_lnb -f -
 echo "ncu: rc=$?"
 ncu -i /tmp/prof_lnb.ncu-rep --page source --csv --print-source sass > /tmp/source_lnb.csv 2>>$OUT/ncu_lnb.txt
 ncu -i /tmp/prof_lnb.ncu-rep --page details >> $OUT/ncu_lnb.txt 2>&1
-python3 benchmarks/results/h200-next-run28/stall_lines.py /tmp/source_lnb.csv > $OUT/stall_lines_lnb.txt 2>&1
+python3 benchmarks/results/h200-2026-12-01-run29/stall_lines.py /tmp/source_lnb.csv > $OUT/stall_lines_lnb.txt 2>&1
 head -n 12 $OUT/stall_lines_lnb.txt
 # Why the 2D (16x16) pass 2 takes 0.261 ms against the 1x16 pass's 0.200 ms: instruction counts and shared-memory
 # bank conflicts of both kernels.

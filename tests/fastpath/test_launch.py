@@ -1,0 +1,82 @@
+"""``fastpath._cuda.launch`` on any machine: a fake kernel and a fake CuPy driver stand in for the GPU.
+
+A kernel that takes more than 48 KiB of dynamic shared memory (LayerNorm backward's bf16 form takes 96 KiB) must opt
+in on every loaded copy of it: GPU run 31 failed 18 tests after another test cleared the kernel caches, because the
+opt-in was remembered by kernel name. The GPU side of this is
+``test_norms_differential.py::test_layer_norm_backward_after_its_kernel_is_loaded_again``.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import torch
+
+from fastpath import _cuda
+
+OPT_IN_ATTRIBUTE = 8  # CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+
+class FakeKernel:
+    """What ``launch`` uses of a loaded kernel: its handle (``ptr``) and the call; records each launch's shared
+    memory."""
+
+    def __init__(self, ptr: int) -> None:
+        self.ptr = ptr
+        self.launches: list[int] = []
+
+    def __call__(self, grid, block, args, *, shared_mem, stream) -> None:
+        self.launches.append(shared_mem)
+
+
+def _fake_driver(monkeypatch) -> list:
+    """A CuPy whose driver records ``funcSetAttribute`` calls; torch's device and stream queries answered for
+    device 0."""
+    calls: list = []
+
+    class Device:
+        def __init__(self, index: int) -> None:
+            self.index = index
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    driver = types.ModuleType("cupy.cuda.driver")
+    driver.funcSetAttribute = lambda ptr, attribute, value: calls.append((ptr, attribute, value))
+    cuda = types.ModuleType("cupy.cuda")
+    cuda.driver, cuda.Device = driver, Device
+    cupy = types.ModuleType("cupy")
+    cupy.cuda = cuda
+    for name, module in (("cupy", cupy), ("cupy.cuda", cuda), ("cupy.cuda.driver", driver)):
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setattr(_cuda, "_current_device", lambda: 0)
+    monkeypatch.setattr(_cuda, "_raw_stream", lambda index: 0xC0FFEE)
+    return calls
+
+
+def test_launch_opts_each_loaded_kernel_in_above_48_kib_once(monkeypatch):
+    calls = _fake_driver(monkeypatch)
+    _cuda.allow_dynamic_shared.cache_clear()
+    try:
+        first, reloaded = FakeKernel(0x1000), FakeKernel(0x2000)
+        cuda0 = torch.device("cuda", 0)
+        for shared in (96 * 1024, 96 * 1024, 16 * 1024, 48 * 1024):
+            _cuda.launch(first, (1,), (256,), (), device=cuda0, shared_mem=shared)
+        _cuda.launch(reloaded, (1,), (256,), (), device=cuda0, shared_mem=96 * 1024)
+    finally:
+        _cuda.allow_dynamic_shared.cache_clear()  # the fakes must not stay cached
+    assert first.launches == [96 * 1024, 96 * 1024, 16 * 1024, 48 * 1024]
+    assert reloaded.launches == [96 * 1024]
+    # once per loaded kernel and size; 48 KiB and less need no opt-in; a kernel loaded again opts in again
+    assert calls == [(0x1000, OPT_IN_ATTRIBUTE, 96 * 1024), (0x2000, OPT_IN_ATTRIBUTE, 96 * 1024)]
+
+
+def test_resident_blocks_falls_back_without_the_occupancy_query(monkeypatch):
+    """An older CuPy without ``occupancyMaxActiveBlocksPerMultiprocessor``: the caller's estimate per SM."""
+    _fake_driver(monkeypatch)  # its driver has no occupancy query
+    monkeypatch.setattr(_cuda, "sm_count", lambda index: 132)
+    assert _cuda.resident_blocks(FakeKernel(0x1000), 0, 256, fallback_per_sm=3) == 3 * 132

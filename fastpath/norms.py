@@ -18,7 +18,7 @@ accumulate the weight (and bias) gradients of their rows in
 registers (LayerNorm's bias gradient in shared memory, for blocks of at most 256
 threads, beside each element's ``g`` and ``xhat``, which the second pass reads back
 instead of recomputing: 96 KiB of dynamic shared memory for fp16/bf16, 48 KiB for
-fp32, opted in with ``_cuda.allow_dynamic_shared``; 512-thread blocks run ``layer_norm_bwd_wide``,
+fp32, which ``_cuda`` opts the kernel in to; 512-thread blocks run ``layer_norm_bwd_wide``,
 which keeps the bias gradient in registers), write one fp32 partial row per row slot
 (16-byte stores), and a second small kernel
 sums the partial rows (``column_sums.cuh``, shaped by ``_cuda.column_sums_shape``). Rows wider than
@@ -141,7 +141,6 @@ def _backward(kind: str, dy: torch.Tensor, x: torch.Tensor, mean: Optional[torch
     shared = 0
     if kind == "layer_norm" and not wide:  # the bias gradient, g and xhat in shared memory: 3 x DB_FLOATS(V) floats
         shared = 3 * max(_VECTOR_PACKS * _VECTOR_WIDTH[x.dtype], _SCALAR_PACKS) * _DB_THREADS * 4  # a thread
-        _cuda.allow_dynamic_shared(_cuda.get_kernel(KERNEL_FILE, name, x.device.index), x.device.index, shared)
     blocks = min(-(-rows // rpb), _wave(name, x.device.index, tpr * rpb, shared))
     if kind == "l2_norm":  # at most _BWD_THREADS_PER_SM resident threads per SM, as the other backward kernels
         per_sm = max(1, _BWD_THREADS_PER_SM // (tpr * rpb))

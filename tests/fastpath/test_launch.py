@@ -80,3 +80,21 @@ def test_resident_blocks_falls_back_without_the_occupancy_query(monkeypatch):
     _fake_driver(monkeypatch)  # its driver has no occupancy query
     monkeypatch.setattr(_cuda, "sm_count", lambda index: 132)
     assert _cuda.resident_blocks(FakeKernel(0x1000), 0, 256, fallback_per_sm=3) == 3 * 132
+
+
+def test_resident_blocks_opts_in_before_the_occupancy_query(monkeypatch):
+    """The occupancy of a kernel with more than 48 KiB of dynamic shared memory is queried after its opt-in."""
+    calls = _fake_driver(monkeypatch)
+    driver = sys.modules["cupy.cuda.driver"]
+    driver.occupancyMaxActiveBlocksPerMultiprocessor = lambda ptr, threads, shared: calls.append(
+        ("occupancy", ptr, threads, shared)) or 2
+    monkeypatch.setattr(_cuda, "sm_count", lambda index: 132)
+    _cuda.allow_dynamic_shared.cache_clear()
+    try:
+        wave = _cuda.resident_blocks(FakeKernel(0x3000), 0, 256, 96 * 1024, fallback_per_sm=1)
+        small = _cuda.resident_blocks(FakeKernel(0x4000), 0, 256, 16 * 1024, fallback_per_sm=1)
+    finally:
+        _cuda.allow_dynamic_shared.cache_clear()
+    assert (wave, small) == (2 * 132, 2 * 132)
+    assert calls == [(0x3000, OPT_IN_ATTRIBUTE, 96 * 1024), ("occupancy", 0x3000, 256, 96 * 1024),
+                     ("occupancy", 0x4000, 256, 16 * 1024)]

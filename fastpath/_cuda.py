@@ -158,12 +158,13 @@ def sm_count(device_index: int) -> int:
     return torch.cuda.get_device_properties(device_index).multi_processor_count
 
 
+@functools.lru_cache(maxsize=None)
 def resident_blocks(kernel: Any, device_index: int, threads: int, shared: int = 0, *, fallback_per_sm: int) -> int:
     """How many ``threads``-thread blocks of ``kernel``, with ``shared`` bytes of dynamic shared memory each, the
     whole GPU holds at once: one wave, the grid of a grid-stride kernel whose blocks all do the same work (a grid
     of more blocks than that runs a last, partial wave). ``fallback_per_sm`` blocks per SM where CuPy lacks the
     occupancy query. Above 48 KiB of shared memory the kernel opts in first (``allow_dynamic_shared``), as its
-    launch will."""
+    launch will. Cached per loaded kernel and shape: launchers call it on every launch."""
     if shared > _DEFAULT_DYNAMIC_SHARED:
         allow_dynamic_shared(kernel, device_index, shared)
     per_sm = fallback_per_sm

@@ -22,8 +22,9 @@
 // threadIdx.y, 16-byte stores); wgrad_finalize sums the partial rows. LayerNorm's
 // bias gradient: layer_norm_bwd (blocks of at most 256 threads) keeps it in shared
 // memory, each thread only its own slots, and keeps there too each element's g and
-// xhat from pass 1 for pass 2 (GPU run 30: 0.251 -> 0.228 ms); layer_norm_bwd_wide (512-thread blocks) keeps it in registers too and, lacking
-// registers for x and dy, prefetches them into L1 and reads them there in both passes.
+// xhat from pass 1 for pass 2 (GPU run 30: 0.251 -> 0.228 ms); layer_norm_bwd_wide
+// (512-thread blocks) keeps it in registers too and, lacking registers for x and dy,
+// prefetches them into L1 and reads them there in both passes.
 // A backward row whose packs are all in range in every thread (rows of TPR * VPT * V
 // elements: power-of-two widths from 1024 fp16/bf16 or 512 fp32 elements) runs each
 // pass without a branch per pack (NORM_BWD_RUN; zero-centered gamma a compile-time

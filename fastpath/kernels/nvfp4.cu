@@ -26,7 +26,7 @@
 //                           bf16(fma(max |z|, 0.25, +0)) over the butterfly outputs z, its last stage
 //                           folded as |lo| + |hi| (rht16_fwht_absmax_unscaled: no per-output rounding),
 //                           and the scaling taken once, on the largest max |z| of a thread's exact chunks
-//                           (rht16_scaled_magnitude). Its grid is one wave of resident blocks.
+//                           (rht16_output). Its grid is one wave of resident blocks.
 //   nvfp4_quantize_<v>_*    pass 2, one kernel per option set <v> (std, 2d, sr, 2d_sr, rht, sr_rht, 4o6,
 //                           4o6_2d): persistent blocks walk 64-row x 256-byte tiles (last tile first, so
 //                           pass 1's most recent lines are still in L2; tile coordinates advanced by a
@@ -249,6 +249,12 @@ __device__ __forceinline__ void fwht_signed_stage1(const float (&v)[16], float (
 // signed partial sum is exact (rht_exact): then each of the reference's sums is the exact value
 // 0.25 * sum_i s_i H_ij x_i whatever the order, and so is every butterfly output; the final
 // fma(z, 0.25, +0) scales exactly and turns an exact zero into +0.0, as the reference's sum from +0.0 gives.
+// The bf16 RHT output of an exact unscaled butterfly output z: bf16(fma(z, 0.25, +0)). Odd and non-decreasing in
+// z, so the largest magnitude of many outputs is the output of the largest |z|.
+__device__ __forceinline__ float rht16_output(float z) {
+    return __bfloat162float(__float2bfloat16_rn(f32_fma(z, 0.25f, 0.0f)));
+}
+
 template <bool SIGNS>
 __device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
     float z[16];
@@ -264,14 +270,13 @@ __device__ __forceinline__ void rht16_fwht(float (&v)[16]) {
         }
     }
 #pragma unroll
-    for (int j = 0; j < 16; ++j) v[j] = __bfloat162float(__float2bfloat16_rn(f32_fma(z[j], 0.25f, 0.0f)));
+    for (int j = 0; j < 16; ++j) v[j] = rht16_output(z[j]);
 }
 
-// max_j |bf16(RHT(v))_j| for a chunk that rht16_fwht may take (rht_exact), without forming the outputs: the
-// outputs there are bf16(RN(z_j * 0.25)) with z_j exact and the scaling exact, bf16 rounding (RNE) is odd and
-// non-decreasing, so their largest magnitude is bf16(fma(max_j |z_j|, 0.25, +0)); and for the last butterfly
-// pair (lo + hi, lo - hi), both exact, the larger magnitude is |lo| + |hi|, which is one of them up to sign
-// and so exact as well.
+// max_j |z_j|, the largest unscaled butterfly output of a chunk that rht16_fwht may take (rht_exact), without
+// forming the outputs: rht16_output of it is max_j |bf16(RHT(v))_j| (the outputs are rht16_output(z_j), odd and
+// non-decreasing); and for the last butterfly pair (lo + hi, lo - hi), both exact, the larger magnitude is
+// |lo| + |hi|, which is one of them up to sign and so exact as well.
 template <bool SIGNS>
 __device__ __forceinline__ float rht16_fwht_absmax_unscaled(const float (&v)[16]) {
     float z[16];
@@ -292,11 +297,6 @@ __device__ __forceinline__ float rht16_fwht_absmax_unscaled(const float (&v)[16]
     return m;
 }
 
-// The bf16 RHT output magnitude of an unscaled butterfly magnitude m (exact): bf16(fma(m, 0.25, +0)), odd and
-// non-decreasing in m, so the largest of many is taken once, on the largest m.
-__device__ __forceinline__ float rht16_scaled_magnitude(float m) {
-    return __bfloat162float(__float2bfloat16_rn(f32_fma(m, 0.25f, 0.0f)));
-}
 
 // Whether every signed partial sum of a chunk of 16 bf16 values is exact in fp32, from the chunk's largest
 // |x| bits (max_bits) and smallest nonzero |x| bits minus one (min_key; 0xFFFF when all are zero). All
@@ -1054,7 +1054,7 @@ extern "C" __global__ void __launch_bounds__(THREADS)
             ++chunk;
         }
     }
-    ay = block_max(f32_max(ay, rht16_scaled_magnitude(my)));
+    ay = block_max(f32_max(ay, rht16_output(my)));
     publish_max(ay, amax_rht);
     if (amax_x != nullptr) {
         float ax = f32_max(f32_max(0.0f, bits16_to_f32<__nv_bfloat16>(ax16 & 0xFFFFu)),

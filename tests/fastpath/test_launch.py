@@ -79,7 +79,11 @@ def test_resident_blocks_falls_back_without_the_occupancy_query(monkeypatch):
     """An older CuPy without ``occupancyMaxActiveBlocksPerMultiprocessor``: the caller's estimate per SM."""
     _fake_driver(monkeypatch)  # its driver has no occupancy query
     monkeypatch.setattr(_cuda, "sm_count", lambda index: 132)
-    assert _cuda.resident_blocks(FakeKernel(0x1000), 0, 256, fallback_per_sm=3) == 3 * 132
+    _cuda.resident_blocks.cache_clear()
+    try:
+        assert _cuda.resident_blocks(FakeKernel(0x1000), 0, 256, fallback_per_sm=3) == 3 * 132
+    finally:
+        _cuda.resident_blocks.cache_clear()
 
 
 def test_resident_blocks_opts_in_before_the_occupancy_query(monkeypatch):
@@ -90,11 +94,16 @@ def test_resident_blocks_opts_in_before_the_occupancy_query(monkeypatch):
         ("occupancy", ptr, threads, shared)) or 2
     monkeypatch.setattr(_cuda, "sm_count", lambda index: 132)
     _cuda.allow_dynamic_shared.cache_clear()
+    _cuda.resident_blocks.cache_clear()
     try:
         wave = _cuda.resident_blocks(FakeKernel(0x3000), 0, 256, 96 * 1024, fallback_per_sm=1)
-        small = _cuda.resident_blocks(FakeKernel(0x4000), 0, 256, 16 * 1024, fallback_per_sm=1)
+        small_kernel = FakeKernel(0x4000)
+        small = _cuda.resident_blocks(small_kernel, 0, 256, 16 * 1024, fallback_per_sm=1)
+        again = _cuda.resident_blocks(small_kernel, 0, 256, 16 * 1024, fallback_per_sm=1)
     finally:
         _cuda.allow_dynamic_shared.cache_clear()
-    assert (wave, small) == (2 * 132, 2 * 132)
+        _cuda.resident_blocks.cache_clear()
+    assert (wave, small, again) == (2 * 132, 2 * 132, 2 * 132)
+    # one query per loaded kernel and shape: the second call for the same kernel is answered from the cache
     assert calls == [(0x3000, OPT_IN_ATTRIBUTE, 96 * 1024), ("occupancy", 0x3000, 256, 96 * 1024),
                      ("occupancy", 0x4000, 256, 16 * 1024)]

@@ -10,7 +10,8 @@ export PYTHONPATH=$PWD
 for k in std 2d; do
     if [ $k = std ]; then c="nvfp4 1x16 row+col (x), pass 2"; else c="nvfp4 16x16 (2D) row+col (w), pass 2"; fi
     FASTPATH_LINEINFO=1 timeout 150 ncu --target-processes all -c 1 -o /tmp/prof_$k -f \
-        -k "regex:^nvfp4_quantize_${k}_bf16" --section SourceCounters --section WarpStateStats \
+        -k "regex:^nvfp4_quantize_${k}_bf16" --section SourceCounters --section WarpStateStats --section SpeedOfLight \
+        --section ComputeWorkloadAnalysis --section Occupancy --section LaunchStats \
         --section MemoryWorkloadAnalysis_Tables --section InstructionStats python3 benchmarks/profile_cases.py "$c" \
         > $OUT/ncu_$k.txt 2>&1
     echo "ncu $k: rc=$?"
@@ -18,5 +19,5 @@ for k in std 2d; do
     ncu -i /tmp/prof_$k.ncu-rep --page source --csv --print-source sass > /tmp/source_$k.csv 2>>$OUT/ncu_$k.txt
     python3 benchmarks/results/h200-2026-12-01-run29/stall_lines.py /tmp/source_$k.csv > $OUT/stall_lines_$k.txt 2>&1
     head -n 16 $OUT/stall_lines_$k.txt
-    grep -i -E "stall|Executed Instructions  |Bank" $OUT/ncu_$k.txt | head -30
+    grep -i -E "stall|Executed Instructions  |Bank|Pipe|Frequency|Issue Slots|Occupancy" $OUT/ncu_$k.txt | head -30
 done

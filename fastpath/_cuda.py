@@ -85,20 +85,27 @@ _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None) or (
     lambda index: torch.cuda.current_stream(index).cuda_stream)
 
 
-#: Dynamic shared memory (bytes) a kernel may take without opting in.
-_DEFAULT_DYNAMIC_SHARED = 48 * 1024
+#: The dynamic shared memory (bytes) each loaded kernel has opted in to, by (kernel, device index).
+_dynamic_shared_allowed: dict[tuple[Any, int], int] = {}
 
 
-@functools.lru_cache(maxsize=None)
 def allow_dynamic_shared(kernel: Any, device_index: int, nbytes: int) -> None:
-    """Let ``kernel`` take ``nbytes`` of dynamic shared memory: above 48 KiB a kernel must opt in
-    (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES), before its occupancy is queried or it is launched.
-    Cached per kernel object, so a kernel compiled and loaded again opts in again."""
+    """Let ``kernel`` take ``nbytes`` of dynamic shared memory, before its occupancy is queried or it is launched.
+
+    A kernel's static and dynamic shared memory together may pass 48 KiB only after it opts in
+    (CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES): LayerNorm backward's fp32 form takes 48 KiB of dynamic shared
+    memory beside its static reduction buffer, so every kernel that takes any dynamic shared memory opts in, to the
+    largest size asked of it so far (never lowered). Remembered per loaded kernel object, so a kernel compiled and
+    loaded again opts in again."""
+    key = (kernel, device_index)
+    if nbytes <= _dynamic_shared_allowed.get(key, 0):
+        return
     import cupy
     from cupy.cuda import driver
 
     with cupy.cuda.Device(device_index):
         driver.funcSetAttribute(kernel.ptr, 8, nbytes)  # 8: CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    _dynamic_shared_allowed[key] = nbytes
 
 
 def launch(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequence[Any], *,
@@ -110,7 +117,7 @@ def launch(kernel: Any, grid: Sequence[int], block: Sequence[int], args: Sequenc
     the launch.
     """
     index = device.index if device.index is not None else _current_device()
-    if shared_mem > _DEFAULT_DYNAMIC_SHARED:
+    if shared_mem:
         allow_dynamic_shared(kernel, index, shared_mem)
     stream = _stream(_raw_stream(index))
     if _current_device() == index:
@@ -163,9 +170,9 @@ def resident_blocks(kernel: Any, device_index: int, threads: int, shared: int = 
     """How many ``threads``-thread blocks of ``kernel``, with ``shared`` bytes of dynamic shared memory each, the
     whole GPU holds at once: one wave, the grid of a grid-stride kernel whose blocks all do the same work (a grid
     of more blocks than that runs a last, partial wave). ``fallback_per_sm`` blocks per SM where CuPy lacks the
-    occupancy query. Above 48 KiB of shared memory the kernel opts in first (``allow_dynamic_shared``), as its
-    launch will. Cached per loaded kernel and shape: launchers call it on every launch."""
-    if shared > _DEFAULT_DYNAMIC_SHARED:
+    occupancy query. A kernel with dynamic shared memory opts in first (``allow_dynamic_shared``), as its launch
+    will. Cached per loaded kernel and shape: launchers call it on every launch."""
+    if shared:
         allow_dynamic_shared(kernel, device_index, shared)
     per_sm = fallback_per_sm
     try:

@@ -1,9 +1,13 @@
 """``fastpath._cuda.launch`` on any machine: a fake kernel and a fake CuPy driver stand in for the GPU.
 
-A kernel that takes more than 48 KiB of dynamic shared memory (LayerNorm backward's bf16 form takes 96 KiB) must opt
-in on every loaded copy of it: GPU run 31 failed 18 tests after another test cleared the kernel caches, because the
-opt-in was remembered by kernel name. The GPU side of this is
-``test_norms_differential.py::test_layer_norm_backward_after_its_kernel_is_loaded_again``.
+A kernel whose static and dynamic shared memory pass 48 KiB together must opt in, on every loaded copy of it:
+- GPU run 31 failed 18 tests after another test cleared the kernel caches, because the opt-in was remembered by
+  kernel name;
+- GPU run 33 failed 21 tests of LayerNorm backward in fp32, which takes exactly 48 KiB of dynamic shared memory beside
+  256 bytes of static: the opt-in was then only asked for above 48 KiB of dynamic shared memory.
+So every kernel with dynamic shared memory opts in, to the largest size asked of it. The GPU side of this is
+``test_norms_differential.py``: ``test_layer_norm`` in fp32 and
+``test_layer_norm_backward_after_its_kernel_is_loaded_again``.
 """
 
 from __future__ import annotations
@@ -58,21 +62,22 @@ def _fake_driver(monkeypatch) -> list:
     return calls
 
 
-def test_launch_opts_each_loaded_kernel_in_above_48_kib_once(monkeypatch):
+def test_launch_opts_each_loaded_kernel_in_to_the_largest_size_asked(monkeypatch):
     calls = _fake_driver(monkeypatch)
-    _cuda.allow_dynamic_shared.cache_clear()
-    try:
-        first, reloaded = FakeKernel(0x1000), FakeKernel(0x2000)
-        cuda0 = torch.device("cuda", 0)
-        for shared in (96 * 1024, 96 * 1024, 16 * 1024, 48 * 1024):
-            _cuda.launch(first, (1,), (256,), (), device=cuda0, shared_mem=shared)
-        _cuda.launch(reloaded, (1,), (256,), (), device=cuda0, shared_mem=96 * 1024)
-    finally:
-        _cuda.allow_dynamic_shared.cache_clear()  # the fakes must not stay cached
-    assert first.launches == [96 * 1024, 96 * 1024, 16 * 1024, 48 * 1024]
-    assert reloaded.launches == [96 * 1024]
-    # once per loaded kernel and size; 48 KiB and less need no opt-in; a kernel loaded again opts in again
-    assert calls == [(0x1000, OPT_IN_ATTRIBUTE, 96 * 1024), (0x2000, OPT_IN_ATTRIBUTE, 96 * 1024)]
+    monkeypatch.setattr(_cuda, "_dynamic_shared_allowed", {})
+    first, reloaded, fp32_form = FakeKernel(0x1000), FakeKernel(0x2000), FakeKernel(0x3000)
+    cuda0 = torch.device("cuda", 0)
+    for shared in (96 * 1024, 96 * 1024, 16 * 1024, 48 * 1024, 0, 112 * 1024):
+        _cuda.launch(first, (1,), (256,), (), device=cuda0, shared_mem=shared)
+    _cuda.launch(reloaded, (1,), (256,), (), device=cuda0, shared_mem=96 * 1024)
+    _cuda.launch(fp32_form, (1,), (256,), (), device=cuda0, shared_mem=48 * 1024)
+    _cuda.launch(FakeKernel(0x4000), (1,), (256,), (), device=cuda0, shared_mem=0)
+    assert first.launches == [96 * 1024, 96 * 1024, 16 * 1024, 48 * 1024, 0, 112 * 1024]
+    assert reloaded.launches == [96 * 1024] and fp32_form.launches == [48 * 1024]
+    # once per loaded kernel and larger size, never lowered; a kernel loaded again opts in again; 48 KiB of dynamic
+    # shared memory opts in too (static shared memory counts against the same limit); none without dynamic shared
+    assert calls == [(0x1000, OPT_IN_ATTRIBUTE, 96 * 1024), (0x1000, OPT_IN_ATTRIBUTE, 112 * 1024),
+                     (0x2000, OPT_IN_ATTRIBUTE, 96 * 1024), (0x3000, OPT_IN_ATTRIBUTE, 48 * 1024)]
 
 
 def test_resident_blocks_falls_back_without_the_occupancy_query(monkeypatch):
@@ -87,23 +92,25 @@ def test_resident_blocks_falls_back_without_the_occupancy_query(monkeypatch):
 
 
 def test_resident_blocks_opts_in_before_the_occupancy_query(monkeypatch):
-    """The occupancy of a kernel with more than 48 KiB of dynamic shared memory is queried after its opt-in."""
+    """The occupancy of a kernel with dynamic shared memory is queried after its opt-in."""
     calls = _fake_driver(monkeypatch)
     driver = sys.modules["cupy.cuda.driver"]
     driver.occupancyMaxActiveBlocksPerMultiprocessor = lambda ptr, threads, shared: calls.append(
         ("occupancy", ptr, threads, shared)) or 2
     monkeypatch.setattr(_cuda, "sm_count", lambda index: 132)
-    _cuda.allow_dynamic_shared.cache_clear()
+    monkeypatch.setattr(_cuda, "_dynamic_shared_allowed", {})
     _cuda.resident_blocks.cache_clear()
     try:
         wave = _cuda.resident_blocks(FakeKernel(0x3000), 0, 256, 96 * 1024, fallback_per_sm=1)
         small_kernel = FakeKernel(0x4000)
         small = _cuda.resident_blocks(small_kernel, 0, 256, 16 * 1024, fallback_per_sm=1)
         again = _cuda.resident_blocks(small_kernel, 0, 256, 16 * 1024, fallback_per_sm=1)
+        none = _cuda.resident_blocks(FakeKernel(0x5000), 0, 256, fallback_per_sm=1)
     finally:
-        _cuda.allow_dynamic_shared.cache_clear()
         _cuda.resident_blocks.cache_clear()
-    assert (wave, small, again) == (2 * 132, 2 * 132, 2 * 132)
-    # one query per loaded kernel and shape: the second call for the same kernel is answered from the cache
+    assert (wave, small, again, none) == (2 * 132,) * 4
+    # one query per loaded kernel and shape (the second call for the same kernel is answered from the cache), each
+    # after the kernel's opt-in where it takes dynamic shared memory
     assert calls == [(0x3000, OPT_IN_ATTRIBUTE, 96 * 1024), ("occupancy", 0x3000, 256, 96 * 1024),
-                     ("occupancy", 0x4000, 256, 16 * 1024)]
+                     (0x4000, OPT_IN_ATTRIBUTE, 16 * 1024), ("occupancy", 0x4000, 256, 16 * 1024),
+                     ("occupancy", 0x5000, 256, 0)]

@@ -163,7 +163,6 @@ def nvfp4_cast(x: torch.Tensor, amaxes: torch.Tensor, *, rowwise: bool, columnwi
     m, k = x.shape
     dev = x.device
     sfx = _SUFFIX[x.dtype]
-    sms = _sm_count(dev.index or 0)
     row_amax = amaxes[0:1] if rowwise else None
     col_amax = amaxes[1:2] if columnwise else None
     u8 = functools.partial(torch.empty, dtype=torch.uint8, device=dev)
@@ -173,13 +172,16 @@ def nvfp4_cast(x: torch.Tensor, amaxes: torch.Tensor, *, rowwise: bool, columnwi
     col_scale = _nvfp4_scale_tensor(k, m, dev) if columnwise else None
     sr = random_rowwise is not None or random_columnwise is not None
     if use_4over6:
-        variant, per_sm = ("4o6_2d" if two_d else "4o6"), 3
+        variant = "4o6_2d" if two_d else "4o6"
     elif rht:
-        variant, per_sm = ("sr_rht" if sr else "rht"), 2
+        variant = "sr_rht" if sr else "rht"
     else:
-        variant, per_sm = ("_".join(["2d"] * two_d + ["sr"] * sr) or "std"), 3
+        variant = "_".join(["2d"] * two_d + ["sr"] * sr) or "std"
     tiles = _ceil_div(m, 64) * _ceil_div(k, 256 // x.element_size())  # 64 rows x 256 bytes
-    _run("nvfp4.cu", f"nvfp4_quantize_{variant}_{sfx}", (max(1, min(tiles, per_sm * sms)),), _THREADS,
+    name = f"nvfp4_quantize_{variant}_{sfx}"
+    # persistent blocks, one wave of them (MINB in nvfp4.cu: 3 per SM; 4 for 1x16 4over6, 2 for SR with the RHT)
+    wave = _cuda.resident_blocks(get_kernel("nvfp4.cu", name, dev.index), dev.index, _THREADS, fallback_per_sm=2)
+    _run("nvfp4.cu", name, (max(1, min(tiles, wave)),), _THREADS,
          (ptr(x), i32(m), i32(k),
           ptr(row_data), ptr(row_scale), i32(row_scale.shape[1] if rowwise else 0), ptr(row_amax), ptr(random_rowwise),
           ptr(col_data), ptr(col_scale), i32(col_scale.shape[1] if columnwise else 0), ptr(col_amax),

@@ -152,7 +152,6 @@ def _blocks(rows: int, n: int, v: int, device: torch.device, *, wave: Optional[i
 _FALLBACK_BLOCKS_PER_SM = 4
 
 
-@functools.lru_cache(maxsize=None)
 def _wave(group: str, name: str, device_index: int, threads: int, shared: int) -> int:
     """How many ``threads``-thread blocks of kernel ``name`` the whole GPU holds at once."""
     kernel = _kernel(group, name, device_index)

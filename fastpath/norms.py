@@ -28,7 +28,6 @@ to the reference, as do CPU tensors, empty tensors and mixed dtypes.
 
 from __future__ import annotations
 
-import functools
 from typing import Optional
 
 import torch
@@ -60,7 +59,6 @@ def max_fast_width(dtype: torch.dtype, *, vectorized: bool = True) -> int:
     return _MAX_ROW_THREADS * per_thread
 
 
-@functools.lru_cache(maxsize=None)
 def _wave(name: str, device_index: int, threads: int, shared: int = 0) -> int:
     """How many ``threads``-thread blocks of kernel ``name`` (with ``shared`` bytes of dynamic shared memory) the
     whole GPU holds at once."""

@@ -12,6 +12,8 @@ The kernels themselves are compared with the reference on the GPU (test_quantize
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -113,3 +115,171 @@ def test_sr_min3_formula_matches_e2m1_stochastic_round():
     np.testing.assert_array_equal(sr_reference_numpy(a, byte), expected)  # the exhaustive script's transcription
     wrong = np.flatnonzero(codes != expected)
     assert wrong.size == 0, f"{wrong.size} mismatches, first at (a, byte) = {list(zip(a[wrong[:5]], byte[wrong[:5]]))}"
+
+
+# --------------------------------------------------------------------------- the folded block multiply
+_TIES = np.array([j / 4 for j in range(1, 28) if j % 8], dtype=np.float32)  # fold_exact's tie points h
+
+
+def _finite_magnitudes(fmt: str) -> np.ndarray:
+    """Every finite non-negative value of a 16-bit format, as fp32, and their bits."""
+    if fmt == "bf16":
+        bits = np.arange(0x7F80, dtype=np.uint32)
+        return bits, (bits << 16).view(np.float32)
+    bits = np.arange(0x7C00, dtype=np.uint16)
+    return bits.astype(np.uint32), bits.view(np.float16).astype(np.float32)
+
+
+def _bits16_rz(q: np.ndarray, fmt: str) -> np.ndarray:
+    """The kernel's bits16_rz: q truncated to the 16-bit format (q >= 0, finite), as bits."""
+    if fmt == "bf16":
+        return q.view(np.uint32) >> 16
+    h = q.astype(np.float16)  # RNE; step back where it rounded up (RZ saturates at the largest finite value)
+    bits = h.view(np.uint16).astype(np.int64)
+    up = (h.astype(np.float32) > q) | np.isinf(h)
+    return np.where(up, bits - 1, bits).astype(np.uint32)
+
+
+def fold_exact(enc: np.float32, fmt: str) -> bool:
+    """nvfp4.cu's fold_exact<T>, op for op."""
+    enc = np.float32(enc)
+    if not (np.float32(2.0**-125) < enc < np.float32(2.0**127)):
+        return False
+    inv = np.float32(1.0) / enc
+    qb = _bits16_rz(_TIES * inv, fmt).astype(np.int64)
+    inf_bits = 0x7F80 if fmt == "bf16" else 0x7C00
+    for d in (-1, 0, 1):
+        vb = qb + d
+        ok = (vb >= 0) & (vb < inf_bits)
+        vb, h = vb[ok].astype(np.uint32), _TIES[ok]
+        x = (vb << 16).view(np.float32) if fmt == "bf16" else vb.astype(np.uint16).view(np.float16).astype(np.float32)
+        hits = (x * enc == h) & (x.astype(np.float64) * np.float64(enc) != h.astype(np.float64))
+        if hits.any():
+            return False
+    return True
+
+
+def folded_codes(v: np.ndarray, enc: np.float32) -> np.ndarray:
+    """e2m1_rne_min3_folded: each FFMA rounds its exact value once (float64 holds |v| * enc exactly, and where
+    2 + y or 4 + y/2 does not fit, y is far below a half and the rounding is the constant's)."""
+    y = np.abs(v).astype(np.float64) * np.float64(enc)
+    return np.minimum(np.minimum(np.rint(2.0 * y), np.rint(2.0 + y)), np.rint(4.0 + y / 2.0)).astype(np.int64)
+
+
+def _adversarial_encs(fmt: str, rng: np.random.Generator, n: int) -> list[np.float32]:
+    """Multipliers that put some value's product one rounding away from a tie point: fold_exact must refuse them."""
+    bits, values = _finite_magnitudes(fmt)
+    out = []
+    while len(out) < n:
+        v = values[rng.integers(values.size // 4, values.size // 2)]  # normal values around 1
+        h = _TIES[rng.integers(_TIES.size)]
+        enc = np.float32(np.float64(h) / np.float64(v))
+        for step in (-1, 1):
+            cand = np.nextafter(enc, np.float32(step * np.inf))
+            for e in (enc, cand):
+                if v * e == h and np.float64(v) * np.float64(e) != np.float64(h):
+                    out.append(np.float32(e))
+    return out[:n]
+
+
+def test_fold_exact_guards_the_folded_codes():
+    """Wherever fold_exact accepts a multiplier, the folded codes equal e2m1_rne_min3's of RN(v * enc) for every
+    16-bit value v whose product stays below 7 (the fast path's guard); multipliers that put a product on a tie
+    point by rounding are refused, and some of them would indeed change a code."""
+    rng = np.random.default_rng(11)
+    for fmt in ("bf16", "fp16"):
+        _, values = _finite_magnitudes(fmt)
+        random_encs = (rng.integers(0x3A000000, 0x4E000000, 200).astype(np.uint32)).view(np.float32)
+        adversarial = _adversarial_encs(fmt, rng, 40)
+        accepted = changed = 0
+        for enc in list(random_encs) + adversarial:
+            with np.errstate(over="ignore"):  # products of huge values overflow: they are above 7 either way
+                x = values * enc
+            keep = x < np.float32(7.0)
+            if fold_exact(enc, fmt):
+                accepted += 1
+                wrong = np.flatnonzero(folded_codes(values[keep], enc) != min3_codes(x[keep]))
+                assert wrong.size == 0, f"{fmt} enc={enc!r}: v = {values[keep][wrong[:4]].tolist()}"
+            else:
+                changed += int((folded_codes(values[keep], enc) != min3_codes(x[keep])).any())
+        assert all(not fold_exact(e, fmt) for e in adversarial)
+        assert accepted >= 150, f"{fmt}: only {accepted} of 200 random multipliers fold"
+        assert changed > 0, f"{fmt}: no refused multiplier would have changed a code"
+
+
+def test_fold_exact_range():
+    assert not fold_exact(np.float32(2.0**127), "bf16")  # 2enc would overflow
+    assert not fold_exact(np.float32(2.0**-126), "bf16")  # enc / 2 subnormal
+    assert fold_exact(np.float32(1.0), "bf16") and fold_exact(np.float32(1.0), "fp16")  # products exact
+
+
+@functools.lru_cache(maxsize=None)
+def adversarial_block(fmt: str) -> tuple[float, float, float, int]:
+    """A global amax ``A``, a block amax ``b`` and a value ``v`` (all of the 16-bit format) whose block, in a tensor
+    of amax ``A``, gets a scale byte ``s`` whose multiplier does not fold: RN(v * enc) lands on a tie point that the
+    exact product misses, and the folded code of ``v`` would differ from the reference's. Returns (A, b, v, s)."""
+    from refops.kernels.reference.nvfp4_scales import (
+        nvfp4_block_encode_multiplier,
+        nvfp4_block_scale,
+        nvfp4_global_scale,
+    )
+
+    bits, values = _finite_magnitudes(fmt)
+    amaxes = values[values >= 1.0][:1024]
+    scales = torch.arange(1, 127, dtype=torch.uint8).view(torch.float8_e4m3fn)
+    _, s_dec = nvfp4_global_scale(torch.from_numpy(amaxes.copy()))
+    enc = nvfp4_block_encode_multiplier(scales[None, :], s_dec[:, None]).numpy()  # (amaxes, scales)
+    for h in _TIES[::-1]:  # large tie points first: their blocks need little headroom
+        qb = _bits16_rz((h / enc).astype(np.float32), fmt).astype(np.int64)
+        for d in (0, 1):
+            vb = np.minimum(qb + d, bits[-1]).astype(np.uint32)
+            v = (vb << 16).view(np.float32) if fmt == "bf16" else vb.astype(np.uint16).view(np.float16).astype(np.float32)
+            hit = (v * enc == h) & (v.astype(np.float64) * enc.astype(np.float64) != np.float64(h))
+            for i, j in zip(*np.nonzero(hit)):
+                a, x = amaxes[i], v[i, j]
+                if folded_codes(np.array([x]), enc[i, j])[0] == min3_codes(np.array([h], dtype=np.float32))[0]:
+                    continue
+                # a block amax b in [x, a] whose scale byte is scales[j] and whose products stay below 7
+                with np.errstate(over="ignore"):
+                    b = values[(values >= x) & (values <= a) & (values * enc[i, j] < np.float32(7.0))]
+                s_b = nvfp4_block_scale(torch.from_numpy(b.copy()), torch.tensor(np.float32(2688.0) / a))
+                ok = np.flatnonzero(s_b.view(torch.uint8).numpy() == j + 1)
+                if ok.size:
+                    return float(a), float(b[ok[0]]), float(x), j + 1
+    raise AssertionError(f"no adversarial block found for {fmt}")
+
+
+def adversarial_tensor(fmt: str) -> tuple[torch.Tensor, int]:
+    """A (32, 32) fp32 tensor of ``fmt`` values whose row 17 (columns 16..31) and column 20 (rows 16..31) are each
+    an adversarial_block (amax A alone at (0, 0)); returns it and the blocks' scale byte."""
+    a, b, v, s = adversarial_block(fmt)
+    x = torch.zeros(32, 32)
+    x[0, 0] = a
+    x[17, 16], x[17, 19] = b, -v  # row-wise block (17, 16..31)
+    x[20, 20], x[27, 20] = b, v  # column-wise block (16..31, 20)
+    return x, s
+
+
+def test_adversarial_tensor_premise():
+    """The reference gives the adversarial blocks the scale byte the search chose, and codes that the folded form
+    would get wrong (so the GPU test in test_quantize_nvfp4.py checks that the kernels refuse to fold there)."""
+    from refops.kernels import get_backend
+
+    for fmt, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        x, s = adversarial_tensor(fmt)
+        assert torch.equal(x.to(dtype).float(), x)
+        rd, rs, _, cd, cs, _ = get_backend("reference").quantize_nvfp4(x.to(dtype), rowwise=True, columnwise=True)
+        assert rs.view(torch.uint8)[17, 1] == s and cs.view(torch.uint8)[20, 1] == s
+        enc = nvfp4_enc(x.abs().max().item(), s)
+        for value, byte in ((-x[17, 19].item(), rd[17, 9].item() >> 4), (x[27, 20].item(), cd[20, 13].item() >> 4)):
+            v = np.array([value], dtype=np.float32)
+            assert min3_codes(v * enc)[0] == byte & 7, (fmt, value, byte)  # the reference's code
+            assert folded_codes(v, enc)[0] != byte & 7, (fmt, value, byte)
+
+
+def nvfp4_enc(a: float, s: int) -> np.float32:
+    from refops.kernels.reference.nvfp4_scales import nvfp4_block_encode_multiplier, nvfp4_global_scale
+
+    _, s_dec = nvfp4_global_scale(torch.tensor([a], dtype=torch.float32))
+    return np.float32(nvfp4_block_encode_multiplier(torch.tensor([s], dtype=torch.uint8).view(torch.float8_e4m3fn),
+                                                    s_dec).item())

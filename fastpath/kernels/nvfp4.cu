@@ -51,9 +51,8 @@
 // Fast paths (bit-identical by construction, see each helper): block amaxes as packed 16-bit integer
 // maxima of |x| bits (a NaN shows as bits above infinity and sends the block to the exact generic path);
 // the encode multipliers enc_b looked up in a 128-entry table per orientation; E2M1 RNE codes as the minimum of
-// three fused multiply-adds (e2m1_rne_min3) where a block's scaled values stay below 7, with the block's multiply
-// folded into them for 16-bit inputs wherever the table marks enc_b as foldable (e2m1_rne_min3_folded, fold_exact:
-// no value's product rounds onto a tie point), else from three saturating ones (e2m1_rne_acc); stochastically rounded codes likewise (e2m1_sr_min3); codes packed with
+// three fused multiply-adds (e2m1_rne_min3) where a block's scaled values stay below 7, else from three
+// saturating ones (e2m1_rne_acc); stochastically rounded codes likewise (e2m1_sr_min3); codes packed with
 // shifts; bf16 halves of a word widened by one shift or mask. 4over6: the decoded candidate values
 // RN(RN(RN(e2m1(k) * s) * A) / fl(6E)) of every scale byte s and magnitude k are built once per block (a 128 x 8
 // table per orientation, the reference's ops), so a block's errors need no division: per element and candidate
@@ -115,10 +114,6 @@ __device__ __forceinline__ u32 add_u16x2(u32 a, u32 b) { return ((a + b) & 0xFFF
 #define RHT_NEGATIVE_SIGNS 0xD7E8u  // indices i with RHT_SIGN_VECTOR[i] = -1
 
 // ------------------------------------------------------------------ element helpers
-// Bits of +infinity per 16-bit type (|x| bits above it are a NaN).
-template <typename T> struct Bits16;
-template <> struct Bits16<__nv_bfloat16> { static constexpr u32 inf = 0x7F80u; };
-template <> struct Bits16<__half> { static constexpr u32 inf = 0x7C00u; };
 // The low / high 16-bit element of a word as fp32 (bf16: the bits moved to the top, one instruction).
 template <typename T> __device__ __forceinline__ float lo16_to_f32(u32 w) { return bits16_to_f32<T>(w & 0xFFFFu); }
 template <typename T> __device__ __forceinline__ float hi16_to_f32(u32 w) { return bits16_to_f32<T>(w >> 16); }
@@ -386,70 +381,6 @@ __device__ __forceinline__ u32 e2m1_rne_min3(float v) {
     return m < p3 ? m : p3;
 }
 
-// e2m1_rne_min3 of RN(v * enc) with the block multiply folded into the three roundings: the minimum of
-// RN(M + |v| * 2enc), RN((M + 2) + |v| * enc) and RN((M + 4) + |v| * enc/2), each one FFMA of the exact product
-// (2enc and enc/2 exact: fold_exact checks enc's range). A rounding of the exact product differs from the same rounding
-// of RN(|v| * enc) only where RN(|v| * enc) is one of the rounding's tie points (a representable value, so nothing
-// else lies between the product and its rounding) and the product is not; fold_exact rules that out for every value
-// of the input format, so the result is e2m1_rne_min3's, bit for bit, one multiply fewer per element and orientation.
-__device__ __forceinline__ u32 e2m1_rne_min3_folded(float v, float enc2, float enc, float enc_half) {
-    const float a = f32_abs(v);
-    const u32 p1 = __float_as_uint(f32_fma(a, enc2, E2M1_ACC_MAGIC));
-    const u32 p2 = __float_as_uint(f32_fma(a, enc, E2M1_ACC_MAGIC + 2.0f));
-    const u32 p3 = __float_as_uint(f32_fma(a, enc_half, E2M1_ACC_MAGIC + 4.0f));
-    const u32 m = p1 < p2 ? p1 : p2;
-    return m < p3 ? m : p3;
-}
-
-// Whether e2m1_rne_min3_folded equals e2m1_rne_min3(RN(v * enc)) for every finite 16-bit value v of type T (the
-// row-wise inputs, and the bf16 outputs of the RHT): enc within [2^-125, 2^127) (so 2enc is finite and enc/2 normal),
-// and no v with RN(v * enc) on a tie point h = j/4 (1 <= j <= 27, j not a multiple of 8: the points where one of the
-// three roundings is a tie, below 7) unless v * enc == h exactly. Such a v lies within 2^-22 of h / enc relative,
-// far closer than a 16-bit ulp, so only the neighbours of the truncated quotient need a look. fp32 inputs: never.
-template <typename T> __device__ __forceinline__ u32 bits16_rz(float q);
-template <> __device__ __forceinline__ u32 bits16_rz<__nv_bfloat16>(float q) { return __float_as_uint(q) >> 16; }
-template <> __device__ __forceinline__ u32 bits16_rz<__half>(float q) { return __half_as_ushort(__float2half_rz(q)); }
-
-template <typename T> __device__ __forceinline__ bool fold_exact(float enc) {
-    if constexpr (sizeof(T) != 2) {
-        return false;
-    } else {
-        if (!(f32_gt(enc, 2.35098870e-38f) && f32_lt(enc, 1.70141183e+38f))) return false;  // 2^-125, 2^127
-        const float inv = f32_div(1.0f, enc);
-#pragma unroll 1
-        for (int j = 1; j < 28; ++j) {
-            if ((j & 7) == 0) continue;
-            const float h = 0.25f * (float)j;
-            const u32 qb = bits16_rz<T>(f32_mul(h, inv));
-#pragma unroll
-            for (int d = -1; d <= 1; ++d) {
-                const u32 vb = qb + (u32)d;
-                if (vb >= Bits16<T>::inf) continue;  // not a finite non-negative value (or qb - 1 wrapped)
-                const float x = bits16_to_f32<T>(vb);
-                if (f32_eq(f32_mul(x, enc), h) && !f32_eq(f32_fma(x, enc, -h), 0.0f)) return false;
-            }
-        }
-        return true;
-    }
-}
-
-// An orientation's encode multipliers enc_b per scale byte (128 entries in shared memory), each stored negated when
-// it does not fold (fold_exact), so that one load gives both.
-template <typename T> __device__ __forceinline__ float enc_tab_entry(u32 s_b, float s_dec) {
-    const float enc = block_encode_multiplier(s_b, s_dec);
-    return fold_exact<T>(enc) ? enc : f32_neg(enc);
-}
-
-struct BlockEnc {
-    float enc;
-    bool fold;
-};
-
-__device__ __forceinline__ BlockEnc block_enc(const float* enc_tab, u32 s_b) {
-    const float e = enc_tab[s_b];
-    return {f32_abs(e), !sign_bit(e)};
-}
-
 // formats.e2m1_stochastic_round of a non-NaN v as the bits M + code, with the random byte at byte j of word w. The
 // reference's t = RN(|v| + u * step(|v|)) (u = byte / 256; step 0.5 below 2, 1 below 4, else 2) is one FFMA of
 // byte / 512 (built exactly from bits: 2^14 + byte * 2^-9, less 2^14) and 2^clamp(e, 0, 2) (e: |v|'s binade; the
@@ -517,19 +448,6 @@ __device__ __forceinline__ void encode16_rne(const float (&v)[16], float enc, Si
     for (int i = 0; i < 8; ++i) {
         l += e2m1_rne_min3(f32_mul(v[i], enc)) << (4 * i);
         h += e2m1_rne_min3(f32_mul(v[i + 8], enc)) << (4 * i);
-    }
-    *lo = (l - E2M1_ACC_PACK_BIAS) | sg.lo;
-    *hi = (h - E2M1_ACC_PACK_BIAS) | sg.hi;
-}
-
-// encode16_rne for a block whose multiplier folds (fold_exact): the same codes.
-__device__ __forceinline__ void encode16_rne_folded(const float (&v)[16], float enc, Signs sg, u32* lo, u32* hi) {
-    const float enc2 = f32_mul(enc, 2.0f), enc_half = f32_mul(enc, 0.5f);
-    u32 l = 0u, h = 0u;
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        l += e2m1_rne_min3_folded(v[i], enc2, enc, enc_half) << (4 * i);
-        h += e2m1_rne_min3_folded(v[i + 8], enc2, enc, enc_half) << (4 * i);
     }
     *lo = (l - E2M1_ACC_PACK_BIAS) | sg.lo;
     *hi = (h - E2M1_ACC_PACK_BIAS) | sg.hi;
@@ -629,23 +547,15 @@ struct Candidates {
 // reference's element order from +0. The magnitude k_i is the low 3 bits of e2m1_rne_min3's or e2m1_rne_acc's
 // result (bits(M) + k_i), so the table address is base4 + 4 * bits with base4 = &T[s4][0] - 4 * bits(M) (mod 2^32).
 #define E2M1_ACC_MAGIC_BITS 0x4B400000u  // bits(E2M1_ACC_MAGIC)
-// CODES: how the codes are formed (E2M1_ACC: e2m1_rne_acc; E2M1_MIN3: e2m1_rne_min3; E2M1_FOLDED: its folded form).
-enum { E2M1_ACC, E2M1_MIN3, E2M1_FOLDED };
-template <int CODES>
-__device__ __forceinline__ u32 e2m1_rne_code(float v, float enc) {
-    if constexpr (CODES == E2M1_FOLDED) return e2m1_rne_min3_folded(v, f32_mul(enc, 2.0f), enc, f32_mul(enc, 0.5f));
-    else if constexpr (CODES == E2M1_MIN3) return e2m1_rne_min3(f32_mul(v, enc));
-    else return e2m1_rne_acc(f32_mul(v, enc));
-}
-
-template <bool MSE, int CODES>
+template <bool MSE, bool MIN3>
 __device__ __forceinline__ void four_over_six_rne(const float (&v)[16], float enc4, float enc6, u32 base4, u32 base6,
                                                   Signs sg, Candidates& c) {
     u32 l4 = 0u, h4 = 0u, l6 = 0u, h6 = 0u;
     float e4 = 0.0f, e6 = 0.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-        const u32 b4 = e2m1_rne_code<CODES>(v[i], enc4), b6 = e2m1_rne_code<CODES>(v[i], enc6);
+        const float x4 = f32_mul(v[i], enc4), x6 = f32_mul(v[i], enc6);
+        const u32 b4 = MIN3 ? e2m1_rne_min3(x4) : e2m1_rne_acc(x4), b6 = MIN3 ? e2m1_rne_min3(x6) : e2m1_rne_acc(x6);
         if (i < 8) {
             l4 += b4 << (4 * i);
             l6 += b6 << (4 * i);
@@ -676,8 +586,7 @@ __device__ __forceinline__ Candidates four_over_six(const float (&v)[16], float 
     const float base = f32_mul(f32_div(b, 6.0f), ps.enc);
     c.s4 = cast_e4m3(f32_min(f32_mul(base, 1.5f), 448.0f));
     c.s6 = cast_e4m3(f32_min(base, 448.0f));
-    const BlockEnc be4 = block_enc(enc_tab, c.s4), be6 = block_enc(enc_tab, c.s6);
-    const float enc4 = be4.enc, enc6 = be6.enc;
+    const float enc4 = enc_tab[c.s4], enc6 = enc_tab[c.s6];
     if (has_nan) {
         const u32 none[4] = {0u, 0u, 0u, 0u};
         encode16_generic<false>(v, enc4, none, &c.lo4, &c.hi4);
@@ -687,15 +596,12 @@ __device__ __forceinline__ Candidates four_over_six(const float (&v)[16], float 
         const u32 base4 = val_tab + 32u * c.s4 - (E2M1_ACC_MAGIC_BITS << 2);
         const u32 base6 = val_tab + 32u * c.s6 - (E2M1_ACC_MAGIC_BITS << 2);
         const bool min3 = e2m1_rne_below7_ok(b, enc4) && e2m1_rne_below7_ok(b, enc6);
-        const bool folded = min3 && be4.fold && be6.fold;
         if (o.mse) {
-            if (folded) four_over_six_rne<true, E2M1_FOLDED>(v, enc4, enc6, base4, base6, sg, c);
-            else if (min3) four_over_six_rne<true, E2M1_MIN3>(v, enc4, enc6, base4, base6, sg, c);
-            else four_over_six_rne<true, E2M1_ACC>(v, enc4, enc6, base4, base6, sg, c);
+            if (min3) four_over_six_rne<true, true>(v, enc4, enc6, base4, base6, sg, c);
+            else four_over_six_rne<true, false>(v, enc4, enc6, base4, base6, sg, c);
         } else {
-            if (folded) four_over_six_rne<false, E2M1_FOLDED>(v, enc4, enc6, base4, base6, sg, c);
-            else if (min3) four_over_six_rne<false, E2M1_MIN3>(v, enc4, enc6, base4, base6, sg, c);
-            else four_over_six_rne<false, E2M1_ACC>(v, enc4, enc6, base4, base6, sg, c);
+            if (min3) four_over_six_rne<false, true>(v, enc4, enc6, base4, base6, sg, c);
+            else four_over_six_rne<false, false>(v, enc4, enc6, base4, base6, sg, c);
         }
     }
     return c;
@@ -715,11 +621,9 @@ __device__ __forceinline__ u32 encode_standard(const float (&v)[16], float b, bo
                                                const u32 (&rnd)[4], const Pass& ps, const float* enc_tab, u32* lo,
                                                u32* hi) {
     const u32 s_b = cast_e4m3(f32_min(f32_mul(b, ps.mult), FLT_MAX_F));  // in [0, 0x7E]: b >= 0, not NaN
-    const BlockEnc be = block_enc(enc_tab, s_b);
-    const float enc = be.enc;
+    const float enc = enc_tab[s_b];  // = block_encode_multiplier(s_b, S_dec)
     if (has_nan || (!SR && !e2m1_rne_below7_ok(b, enc))) encode16_generic<SR>(v, enc, rnd, lo, hi);
     else if (SR) encode16_sr(v, enc, rnd, sg, lo, hi);
-    else if (be.fold) encode16_rne_folded(v, enc, sg, lo, hi);
     else encode16_rne(v, enc, sg, lo, hi);
     return s_b;
 }
@@ -785,6 +689,10 @@ __device__ __forceinline__ TileOut tile_out(const QArgs& a, int m0, int k0, int 
             do_col ? a.col_scale + (i64)k0 * a.col_ld + m0 / 16 : nullptr,
             interior_tile(a, m0, k0, tc)};
 }
+
+template <typename T> struct Bits16;
+template <> struct Bits16<__nv_bfloat16> { static constexpr u32 inf = 0x7F80u; };
+template <> struct Bits16<__half> { static constexpr u32 inf = 0x7C00u; };
 
 // Row-wise 16-blocks of one staged tile. Lane mapping: 8 lanes on 8 rows of one block (1D), or 16 lanes on
 // the 16 rows of a 16x16 tile (2D: tile amax and 4over6 error tree by xor-shuffles within the 16 lanes).
@@ -966,8 +874,8 @@ __device__ __forceinline__ void quantize_tiles(const QArgs& a) {
     Pass rp = {0.0f, 1.0f, 1.0f, 0.0f}, cp = rp;
     if (do_row) rp = make_pass(*a.row_amax, a.o.six_e);
     if (do_col) cp = make_pass(*a.col_amax, a.o.six_e);
-    if (t < 128) enc_tab[0][t] = enc_tab_entry<T>((u32)t, rp.dec);
-    else enc_tab[1][t - 128] = enc_tab_entry<T>((u32)(t - 128), cp.dec);
+    if (t < 128) enc_tab[0][t] = block_encode_multiplier((u32)t, rp.dec);
+    else enc_tab[1][t - 128] = block_encode_multiplier((u32)(t - 128), cp.dec);
     __shared__ float val_tab[FOUR6 ? 2 : 1][FOUR6 ? VAL_ENTRIES : 1];  // 4over6 candidate values
     if constexpr (FOUR6) {
 #pragma unroll 1

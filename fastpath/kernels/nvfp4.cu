@@ -696,26 +696,9 @@ template <> struct Bits16<__half> { static constexpr u32 inf = 0x7C00u; };
 
 // Row-wise 16-blocks of one staged tile. Lane mapping: 8 lanes on 8 rows of one block (1D), or 16 lanes on
 // the 16 rows of a 16x16 tile (2D: tile amax and 4over6 error tree by xor-shuffles within the 16 lanes).
-// The 2D standard form's column-wise codes are its row-wise codes (one scale per 16x16 tile, the same for both
-// orientations when their global amaxes are equal; the codes are a function of the value and the multiplier), so the
-// row pass can leave them, transposed by bytes, in a shared code tile for col_pass_shared. Word column wd (columns 2wd
-// and 2wd + 1 of the tile) keeps its 64 rows' code bytes together, so that a column thread reads its 16 rows in one
-// 16-byte load; the 16-row groups are rotated by ((wd >> 1) + (wd >> 3)) % 4 so that those loads (8 lanes on 8 word
-// columns of one block) and the row pass's byte stores (16 lanes on 16 rows, another 16 on the next block) each fall on
-// distinct banks.
-#define CODE_TILE_BYTES (QROWS * QROW_BYTES / 4)  // 4-bit codes of 16-bit elements
-__device__ __forceinline__ int code_offset(int wd, int r) {
-    return wd * QROWS + ((r + 16 * (((wd >> 1) + (wd >> 3)) & 3)) & (QROWS - 1));
-}
-
-struct SharedCodes {
-    u8* codes;       // CODE_TILE_BYTES
-    u8* tile_scale;  // [QROWS / 16][8]: the scale byte of each 16x16 tile
-};
-
-template <typename T, bool TWO_D, bool SR, bool FOUR6, bool SHARE = false>
+template <typename T, bool TWO_D, bool SR, bool FOUR6>
 __device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const TileOut& to, const QArgs& a,
-                                         const Pass& ps, const float* enc_tab, u32 val_tab, SharedCodes sc = {}) {
+                                         const Pass& ps, const float* enc_tab, u32 val_tab) {
     constexpr int CH = (int)sizeof(T);          // 16-byte chunks per block
     constexpr int NB = QROW_BYTES / (16 * CH);  // blocks per tile row: 8 or 4
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -770,18 +753,6 @@ __device__ __forceinline__ void row_pass(const u8* st, int m0, int k0, const Til
             s_b = pick(c, &lo, &hi);
         } else {
             s_b = encode_standard<SR>(v, bmax, has_nan, sg, rnd, ps, enc_tab, &lo, &hi);
-        }
-        if constexpr (SHARE) {  // every row and block, in x or not: the column pass checks bounds as col_pass does
-            // Code byte q = 2p + e goes to code_offset(8b + q, r) = 512b + 64q + 16((r / 16 + b + p) % 4) + r % 16.
-            u8* d = sc.codes + 512 * b + (r & 15);
-#pragma unroll
-            for (int p = 0; p < 4; ++p) {
-                u8* dp = d + 128 * p + 16 * (((r >> 4) + b + p) & 3);
-                const u32 word = p < 2 ? lo : hi;
-                dp[0] = (u8)(word >> (16 * (p & 1)));
-                dp[64] = (u8)(word >> (16 * (p & 1) + 8));
-            }
-            if ((lane & 15) == 0) sc.tile_scale[8 * (r >> 4) + b] = (u8)s_b;
         }
         if (valid) {
             *reinterpret_cast<uint2*>(to.row_data + (i64)r * (a.K / 2) + 8 * b) = make_uint2(lo, hi);
@@ -890,42 +861,6 @@ __device__ __forceinline__ void col_pass(const u8* st, int m0, int k0, const Til
     }
 }
 
-// The column-wise output of the 2D standard form from the row pass's shared codes (row_pass<..., SHARE>): the same
-// threads and stores as col_pass (16-bit elements: a thread takes word column wd, i.e. columns 2wd and 2wd + 1, of
-// rows 16c..16c+15). Its 16 code bytes hold column 2wd's codes in their low nibbles and column 2wd + 1's in their
-// high ones, row 16c + i in byte i; the output packs row 2q in the low nibble and row 2q + 1 in the high nibble of
-// byte q. Equal to col_pass's codes by construction (the same value, multiplier and encoding).
-__device__ __forceinline__ u32 low_nibbles_paired(u32 w) {  // bytes 0, 2: lo(b0) | lo(b1) << 4, lo(b2) | lo(b3) << 4
-    const u32 e = w & 0x0F0F0F0Fu;
-    return e | (e >> 4);
-}
-__device__ __forceinline__ u32 high_nibbles_paired(u32 w) {  // bytes 0, 2: hi(b0) | hi(b1) << 4, hi(b2) | hi(b3) << 4
-    const u32 o = w & 0xF0F0F0F0u;
-    return (o >> 4) | (o >> 8);
-}
-
-__device__ __forceinline__ void col_pass_shared(int m0, int k0, const TileOut& to, const QArgs& a,
-                                                const SharedCodes& sc) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int wd = 8 * warp + (lane & 7), c = lane >> 3, m = m0 + 16 * c;
-    const uint4 w = *reinterpret_cast<const uint4*>(sc.codes + code_offset(wd, 16 * c));
-    const u32 ev0 = low_nibbles_paired(w.x), ev1 = low_nibbles_paired(w.y), ev2 = low_nibbles_paired(w.z),
-              ev3 = low_nibbles_paired(w.w);
-    const u32 od0 = high_nibbles_paired(w.x), od1 = high_nibbles_paired(w.y), od2 = high_nibbles_paired(w.z),
-              od3 = high_nibbles_paired(w.w);
-    const u32 lo[2] = {__byte_perm(ev0, ev1, 0x6420), __byte_perm(od0, od1, 0x6420)};
-    const u32 hi[2] = {__byte_perm(ev2, ev3, 0x6420), __byte_perm(od2, od3, 0x6420)};
-    const u8 s_b = sc.tile_scale[8 * c + (wd >> 3)];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int k = k0 + 2 * wd + h, kt = 2 * wd + h;
-        if (to.full || (k < a.K && m < a.M)) {
-            *reinterpret_cast<uint2*>(to.col_data + (i64)kt * (a.M / 2) + 8 * c) = make_uint2(lo[h], hi[h]);
-            to.col_scale[(i64)kt * a.col_ld + c] = s_b;
-        }
-    }
-}
-
 // Pass 2: persistent blocks walk the tiles from the last one (pass 1 read the tensor forwards), each tile
 // staged by a double-buffered cp.async pipeline (the next tile loads while this one is processed); one
 // barrier per tile (it also guards the stage being refilled, which every thread finished in the previous
@@ -950,12 +885,6 @@ __device__ __forceinline__ void quantize_tiles(const QArgs& a) {
         }
     }
     const u32 row_vals = FOUR6 ? shared_addr(val_tab[0]) : 0u, col_vals = FOUR6 ? shared_addr(val_tab[FOUR6 ? 1 : 0]) : 0u;
-    // The 2D standard form of 16-bit inputs takes its column-wise codes from the row pass when both global amaxes
-    // are the same value (always, unless the caller passes two; uniform over the grid).
-    constexpr bool SHAREABLE = TWO_D && !SR && !FOUR6 && !RHT && sizeof(T) == 2;
-    __shared__ __align__(16) u8 code_tile[SHAREABLE ? CODE_TILE_BYTES + QROWS / 2 : 1];
-    const SharedCodes sc = {code_tile, code_tile + (SHAREABLE ? CODE_TILE_BYTES : 0)};
-    const bool share = SHAREABLE && do_row && do_col && __float_as_uint(rp.amax) == __float_as_uint(cp.amax);
 
     constexpr int TC = QROW_BYTES / (int)sizeof(T);  // tile columns
     constexpr int VEC = 16 / (int)sizeof(T);         // elements per chunk
@@ -1012,14 +941,8 @@ __device__ __forceinline__ void quantize_tiles(const QArgs& a) {
         const int m0 = tm * QROWS, k0 = tk * TC;
         const u8* st = stages[it % QSTAGES];
         const TileOut to = tile_out(a, m0, k0, TC);
-        if (SHAREABLE && share) {
-            row_pass<T, TWO_D, SR, FOUR6, SHAREABLE>(st, m0, k0, to, a, rp, enc_tab[0], row_vals, sc);
-            __syncthreads();  // the codes of this tile; the next iteration's barrier guards their reuse
-            col_pass_shared(m0, k0, to, a, sc);
-        } else {
-            if (do_row) row_pass<T, TWO_D, SR, FOUR6>(st, m0, k0, to, a, rp, enc_tab[0], row_vals);
-            if (do_col) col_pass<T, TWO_D, SR, RHT, FOUR6>(st, m0, k0, to, a, cp, enc_tab[1], col_vals);
-        }
+        if (do_row) row_pass<T, TWO_D, SR, FOUR6>(st, m0, k0, to, a, rp, enc_tab[0], row_vals);
+        if (do_col) col_pass<T, TWO_D, SR, RHT, FOUR6>(st, m0, k0, to, a, cp, enc_tab[1], col_vals);
         tm = nm;
         tk = nk;
         advance(nm, nk);

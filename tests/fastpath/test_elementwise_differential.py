@@ -191,10 +191,20 @@ def situ_table_always(monkeypatch):
 
     monkeypatch.setattr(elementwise, "_SITU_TABLE_MIN_OUTPUTS", 0)
     monkeypatch.setattr(elementwise, "_SITU_TABLE_WITH_BIAS", True)
-    launched = []
-    kernel = elementwise._kernel
-    monkeypatch.setattr(elementwise, "_kernel", lambda group, name, index: launched.append(name) or
-                        kernel(group, name, index))
+    names, launched = {}, []  # kernels looked up (a launch's grid sizing looks some up too), and those launched
+    kernel, launch = elementwise._kernel, elementwise._cuda.launch
+
+    def look_up(group, name, index):
+        k = kernel(group, name, index)
+        names[id(k)] = name
+        return k
+
+    def record(k, *args, **kwargs):
+        launched.append(names.get(id(k), repr(k)))
+        return launch(k, *args, **kwargs)
+
+    monkeypatch.setattr(elementwise, "_kernel", look_up)
+    monkeypatch.setattr(elementwise._cuda, "launch", record)
     return launched
 
 
@@ -236,10 +246,20 @@ def test_situglu_table_kernel_on_random_shapes(shape, situ_table_always, cuda, r
 def test_situglu_table_kernel_is_what_large_bf16_inputs_take(cuda, fastpath_backend, monkeypatch):
     import fastpath.elementwise as elementwise
 
-    launched = []
-    kernel = elementwise._kernel
-    monkeypatch.setattr(elementwise, "_kernel", lambda group, name, index: launched.append(name) or
-                        kernel(group, name, index))
+    names, launched = {}, []  # kernels looked up (a launch's grid sizing looks some up too), and those launched
+    kernel, launch = elementwise._kernel, elementwise._cuda.launch
+
+    def look_up(group, name, index):
+        k = kernel(group, name, index)
+        names[id(k)] = name
+        return k
+
+    def record(k, *args, **kwargs):
+        launched.append(names.get(id(k), repr(k)))
+        return launch(k, *args, **kwargs)
+
+    monkeypatch.setattr(elementwise, "_kernel", look_up)
+    monkeypatch.setattr(elementwise._cuda, "launch", record)
     x = make_input((1024, 2048), torch.bfloat16, cuda)  # 2^20 outputs
     with refops.use_backend(fastpath_backend) as fast:
         fast.activation_forward(x[:, :1024].contiguous(), "situglu", **PARAMS["situglu"])  # 2^19 outputs

@@ -184,13 +184,11 @@ def test_empty_tensors(dtype, cuda, reference_backend, fastpath_backend):
 SITU_PARAMS = [{"beta1": 3.0, "beta2": 0.7}, {"beta1": 4.0, "beta2": 25.0}]
 
 
-@pytest.fixture
-def situ_table_always(monkeypatch):
-    """Every vectorizable bf16 SiTU-GLU forward takes act_fwd_situglu_table_bf16 (normally from 2^20 outputs)."""
+def record_launches(monkeypatch) -> list[str]:
+    """The names of the elementwise kernels launched from now on, in order (kernels are also looked up to size
+    grids, so lookups alone do not count)."""
     import fastpath.elementwise as elementwise
 
-    monkeypatch.setattr(elementwise, "_SITU_TABLE_MIN_OUTPUTS", 0)
-    monkeypatch.setattr(elementwise, "_SITU_TABLE_WITH_BIAS", True)
     names, launched = {}, []  # kernels looked up (a launch's grid sizing looks some up too), and those launched
     kernel, launch = elementwise._kernel, elementwise._cuda.launch
 
@@ -206,6 +204,16 @@ def situ_table_always(monkeypatch):
     monkeypatch.setattr(elementwise, "_kernel", look_up)
     monkeypatch.setattr(elementwise._cuda, "launch", record)
     return launched
+
+
+@pytest.fixture
+def situ_table_always(monkeypatch):
+    """Every vectorizable bf16 SiTU-GLU forward takes act_fwd_situglu_table_bf16 (normally from 2^20 outputs)."""
+    import fastpath.elementwise as elementwise
+
+    monkeypatch.setattr(elementwise, "_SITU_TABLE_MIN_OUTPUTS", 0)
+    monkeypatch.setattr(elementwise, "_SITU_TABLE_WITH_BIAS", True)
+    return record_launches(monkeypatch)
 
 
 def every_bf16_pair() -> torch.Tensor:
@@ -244,22 +252,7 @@ def test_situglu_table_kernel_on_random_shapes(shape, situ_table_always, cuda, r
 
 
 def test_situglu_table_kernel_is_what_large_bf16_inputs_take(cuda, fastpath_backend, monkeypatch):
-    import fastpath.elementwise as elementwise
-
-    names, launched = {}, []  # kernels looked up (a launch's grid sizing looks some up too), and those launched
-    kernel, launch = elementwise._kernel, elementwise._cuda.launch
-
-    def look_up(group, name, index):
-        k = kernel(group, name, index)
-        names[id(k)] = name
-        return k
-
-    def record(k, *args, **kwargs):
-        launched.append(names.get(id(k), repr(k)))
-        return launch(k, *args, **kwargs)
-
-    monkeypatch.setattr(elementwise, "_kernel", look_up)
-    monkeypatch.setattr(elementwise._cuda, "launch", record)
+    launched = record_launches(monkeypatch)
     x = make_input((1024, 2048), torch.bfloat16, cuda)  # 2^20 outputs
     with refops.use_backend(fastpath_backend) as fast:
         fast.activation_forward(x[:, :1024].contiguous(), "situglu", **PARAMS["situglu"])  # 2^19 outputs

@@ -10,3 +10,6 @@ timeout 150 python3 -m pytest tests/fastpath/test_elementwise_differential.py -q
     -k "situglu" 2>&1 | tail -n 3
 timeout 60 python3 -m pytest tests/fastpath/test_elementwise_differential.py -q -p no:cacheprovider -k large_bf16 2>&1 \
     | tail -n 2
+# third call, after the two recorders became one (record_launches, commit after 3486817): the whole elementwise file.
+timeout 200 python3 -m pytest tests/fastpath/test_elementwise_differential.py -q -n 16 -p no:cacheprovider --tb=short \
+    2>&1 | tail -n 2

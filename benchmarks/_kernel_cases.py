@@ -163,6 +163,13 @@ def _nvfp4_pass_cases(x: torch.Tensor, rand_row: torch.Tensor, rand_col: torch.T
         ("nvfp4 SR row + RHT col (dy), pass 2", nvfp4_cast, (x, rht),
          {**both, "rht": True, "random_rowwise": rand_row, "random_columnwise": rand_col}),
         ("nvfp4 4over6 row+col, pass 2", nvfp4_cast, (x, plain), {**both, "use_4over6": True, "e4m3_max": 256.0}),
+        # the remaining pass-2 kernels (sr, 2d_sr, 4o6_2d): option sets the recipe does not use by default
+        ("nvfp4 SR row+col, pass 2", nvfp4_cast, (x, plain),
+         {**both, "random_rowwise": rand_row, "random_columnwise": rand_col}),
+        ("nvfp4 16x16 (2D) SR row+col, pass 2", nvfp4_cast, (x, plain),
+         {**both, "two_d": True, "random_rowwise": rand_row, "random_columnwise": rand_col}),
+        ("nvfp4 4over6 16x16 (2D) row+col, pass 2", nvfp4_cast, (x, plain),
+         {**both, "two_d": True, "use_4over6": True, "e4m3_max": 256.0}),
     ]
     return [Case(name, q, "quantize_nvfp4", args, kwargs, fn=fn) for name, fn, args, kwargs in passes]
 

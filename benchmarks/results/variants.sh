@@ -12,10 +12,24 @@
 #       NAME in order ("tree": the tree itself), so that each variant is timed beside the tree in one run.
 #   device_setup : the usual start of a run script on the device machine (pipefail, unbuffered Python, the CuPy
 #       compile cache, this checkout installed in place).
+#   check_nvfp4 OUTDIR : the NVFP4 tests of the tree under xdist (OUTDIR/nvfp4_tests.log), then memcheck and racecheck
+#       over the smoke script's NVFP4 cases (OUTDIR/memcheck.log, racecheck.log); prints each one's summary.
 device_setup() {
     set -o pipefail
     export PYTHONUNBUFFERED=1 CUPY_CACHE_DIR=/tmp/cupycache
     python3 -m pip install -q --no-deps --no-build-isolation -e . >/dev/null 2>&1
+}
+
+check_nvfp4() {
+    local out=$1 tool
+    timeout 200 python3 -m pytest tests/fastpath/test_quantize_nvfp4.py -q -n 8 -p no:cacheprovider --tb=short \
+        > "$out/nvfp4_tests.log" 2>&1
+    echo "nvfp4 tests: rc=$?"; tail -n 3 "$out/nvfp4_tests.log"
+    for tool in memcheck racecheck; do
+        timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 python3 tests/fastpath/sanitizer_smoke.py nvfp4 \
+            > "$out/$tool.log" 2>&1
+        echo "$tool: rc=$?"; tail -n 2 "$out/$tool.log"
+    done
 }
 
 check_variant() {

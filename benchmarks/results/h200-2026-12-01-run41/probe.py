@@ -1,4 +1,4 @@
-"""GPU run 41: NVFP4 pass 2 in register tiles (rt_quantize) beside the staged kernels (quantize_tiles).
+"""GPU runs 41 and 43: NVFP4 pass 2 in register tiles (rt_quantize) beside the staged kernels (quantize_tiles).
 
 Times nvfp4_cast for the 1x16 and 16x16 forms on the benchmark's 16384 x 8192 bf16 tensor with
 quantize_nvfp4.REGISTER_TILES off and on (alternating, twice each), against a device-to-device copy, and compares
@@ -9,6 +9,7 @@ subnormal scales), fp16 input, and edge shapes. PROBE_MINB=n compiles rt_quantiz
 from __future__ import annotations
 
 import os
+import re
 import sys
 
 import torch
@@ -27,7 +28,7 @@ if MINB or PREFETCH:
     def _patched(filename: str) -> str:
         text = _source(filename)
         if filename == "nvfp4.cu" and MINB:
-            text = text.replace("#define RT_MINB 4", f"#define RT_MINB {MINB}")
+            text = re.sub(r"#define RT_MINB \d+", f"#define RT_MINB {MINB}", text)
         if filename == "nvfp4.cu" and PREFETCH:
             text = text.replace("#define RT_PREFETCH 0", f"#define RT_PREFETCH {PREFETCH}")
         return text
@@ -65,7 +66,7 @@ def compare(label, x, **kw):
 def main() -> None:
     torch.manual_seed(0)
     dev = torch.device("cuda")
-    print(torch.cuda.get_device_name(), "RT_MINB", MINB or 4, "RT_PREFETCH", PREFETCH or 0)
+    print(torch.cuda.get_device_name(), "RT_MINB", MINB or "default", "RT_PREFETCH", PREFETCH or 0)
     x = torch.randn(16384, 8192, device=dev, dtype=torch.bfloat16)
     am = amaxes_of(x)
     y = torch.empty_like(x)

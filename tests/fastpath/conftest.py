@@ -33,3 +33,20 @@ def cuda():
     if reason:
         pytest.skip(f"fastpath unavailable: {reason}")
     return torch.device("cuda", torch.cuda.current_device())
+
+
+@pytest.fixture(scope="session")
+def nvcc() -> str:
+    """nvcc's path, for the compile checks that need no GPU. Without nvcc they fail when the environment variable
+    CI is set (CI must run them) and skip, saying why, otherwise."""
+    import os
+
+    from fastpath import compile_check
+
+    found = compile_check.find_nvcc()
+    if found is None:
+        message = compile_check.missing_nvcc_message()
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}; CI is set, so the kernel compile checks must run")
+        pytest.skip(message)
+    return found

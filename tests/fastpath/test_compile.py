@@ -21,19 +21,8 @@ FILES = compile_check.kernel_files()
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _nvcc_or_skip() -> str:
-    nvcc = compile_check.find_nvcc()
-    if nvcc is None:
-        message = compile_check.missing_nvcc_message()
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI is set, so the kernel compile check must run")
-        pytest.skip(message)
-    return nvcc
-
-
 @pytest.fixture(scope="session")
-def compiled() -> dict[pathlib.Path, compile_check.CompileResult]:
-    nvcc = _nvcc_or_skip()
+def compiled(nvcc) -> dict[pathlib.Path, compile_check.CompileResult]:
     results = compile_check.compile_all(FILES, nvcc, jobs=os.cpu_count() or 1)
     return {r.path: r for r in results}
 
@@ -62,9 +51,8 @@ def test_cli_without_nvcc_skips_or_fails_in_ci(tmp_path):
     assert "FAILED" in failed.stdout and "CI is set" in failed.stdout
 
 
-def test_cli_reports_a_broken_file(tmp_path):
+def test_cli_reports_a_broken_file(tmp_path, nvcc):
     """A file that does not compile makes the CLI print FAILED for it and exit nonzero."""
-    _nvcc_or_skip()
     broken = tmp_path / "broken.cu"
     broken.write_text('extern "C" __global__ void k(float* p) { p[0] = undefined_name; }\n')
     proc = subprocess.run([sys.executable, "-m", "fastpath.compile_check", str(broken)], cwd=REPO,
@@ -93,11 +81,10 @@ def test_shared_headers_are_inlined_for_nvrtc():
 
 
 @pytest.mark.parametrize("path", HEADER_USERS, ids=[p.name for p in HEADER_USERS])
-def test_inlined_source_compiles_to_the_same_ptx(path, tmp_path):
+def test_inlined_source_compiles_to_the_same_ptx(path, tmp_path, nvcc):
     """What NVRTC compiles (headers inlined) is the code nvcc builds from the file and its headers."""
     from fastpath._cuda import kernel_source
 
-    nvcc = _nvcc_or_skip()
     inlined = tmp_path / path.name
     inlined.write_text(kernel_source(path.name))
 

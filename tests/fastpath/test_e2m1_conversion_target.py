@@ -4,19 +4,16 @@
 an NVFP4 quantize kernel on Blackwell rounds with. ptxas rejects it for sm_90 and sm_90a and accepts it for the
 Blackwell targets, so on the H200 each code takes a product and four exact fp32 operations
 (``e2m1_rne_min3`` in ``fastpath/kernels/nvfp4.cu``). ``benchmarks/nvfp4_issue_bound.py`` turns that cost into
-the issue-rate bound that ``docs/benchmarks.md`` reports. Needs only nvcc (CPU machines included); without nvcc
-the tests fail when CI is set and skip otherwise, like the kernel compile check.
+the issue-rate bound that ``docs/benchmarks.md`` reports. Needs only nvcc (CPU machines included; the ``nvcc``
+fixture: without it the tests fail when CI is set and skip otherwise).
 """
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 
 import pytest
-
-from fastpath import compile_check
 
 PACK_E2M1 = r"""
 extern "C" __global__ void pack_e2m1(const float* x, unsigned short* out) {
@@ -28,32 +25,22 @@ extern "C" __global__ void pack_e2m1(const float* x, unsigned short* out) {
 """
 
 
-def _nvcc() -> str:
-    nvcc = compile_check.find_nvcc()
-    if nvcc is None:
-        message = compile_check.missing_nvcc_message()
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; CI is set, so this compile check must run")
-        pytest.skip(message)
-    return nvcc
-
-
-def _compile(tmp_path: pathlib.Path, target: str) -> subprocess.CompletedProcess:
+def _compile(nvcc: str, tmp_path: pathlib.Path, target: str) -> subprocess.CompletedProcess:
     source = tmp_path / "pack_e2m1.cu"
     source.write_text(PACK_E2M1)
-    cmd = [_nvcc(), "-gencode", f"arch=compute_{target},code=sm_{target}", "-c", str(source),
+    cmd = [nvcc, "-gencode", f"arch=compute_{target},code=sm_{target}", "-c", str(source),
            "-o", str(tmp_path / f"pack_e2m1_{target}.o")]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 
 @pytest.mark.parametrize("target", ["90", "90a"])
-def test_hopper_rejects_the_e2m1_conversion(tmp_path, target):
-    done = _compile(tmp_path, target)
+def test_hopper_rejects_the_e2m1_conversion(nvcc, tmp_path, target):
+    done = _compile(nvcc, tmp_path, target)
     message = done.stdout + done.stderr
     assert done.returncode != 0, f"sm_{target} compiled cvt.rn.satfinite.e2m1x2.f32:\n{message}"
     assert "e2m1x2" in message and f"sm_{target}" in message, message
 
 
-def test_blackwell_accepts_the_e2m1_conversion(tmp_path):
-    done = _compile(tmp_path, "100a")
+def test_blackwell_accepts_the_e2m1_conversion(nvcc, tmp_path):
+    done = _compile(nvcc, tmp_path, "100a")
     assert done.returncode == 0, f"sm_100a rejected cvt.rn.satfinite.e2m1x2.f32:\n{done.stdout + done.stderr}"

@@ -87,15 +87,21 @@ class Gpu:
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """One pass-2 kernel: executed warp instructions (None for the model alone) and the floor for its bytes."""
+    """One pass-2 kernel: executed warp instructions (None when the run did not count it) and the floor for its
+    bytes; the model's instructions per element follow from the kernel's option set."""
 
     kernel: str
-    case: str
     bytes: int
     floor_ms: float
     warp_instructions: Optional[int]
-    model_per_element: int
-    model_folded_per_element: int
+
+    @property
+    def model_per_element(self) -> int:
+        return per_element(option_set(self.kernel))
+
+    @property
+    def model_folded_per_element(self) -> int:
+        return per_element(option_set(self.kernel), ENCODE_RNE_FOLDED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -152,8 +158,7 @@ def read_run(run_dir: pathlib.Path) -> Report:
         if case not in case_bytes:
             raise ValueError(f"read_run: {run_dir}/fastpath_bench.json has no case {case!r}")
         nbytes = case_bytes[case]
-        rows.append(Row(kernel, case, nbytes, nbytes / (FLOOR * copy_gbps * 1e9) * 1e3, counts.get(kernel),
-                        per_element(option_set(kernel)), per_element(option_set(kernel), ENCODE_RNE_FOLDED)))
+        rows.append(Row(kernel, nbytes, nbytes / (FLOOR * copy_gbps * 1e9) * 1e3, counts.get(kernel)))
     return Report(gpu, copy_gbps, rows)
 
 

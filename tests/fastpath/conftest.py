@@ -1,6 +1,9 @@
-"""Fixtures for the fast-path tests: every test here needs CuPy and a CUDA GPU and skips with the reason otherwise."""
+"""Fixtures for the fast-path tests: the kernel tests need CuPy and a CUDA GPU and skip with the reason otherwise;
+the compile checks need only nvcc (the ``nvcc`` fixture)."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -39,8 +42,6 @@ def cuda():
 def nvcc() -> str:
     """nvcc's path, for the compile checks that need no GPU. Without nvcc they fail when the environment variable
     CI is set (CI must run them) and skip, saying why, otherwise."""
-    import os
-
     from fastpath import compile_check
 
     found = compile_check.find_nvcc()

@@ -26,6 +26,7 @@ from .quantization.state import (
     get_default_recipe,
     quantized_model_init,
 )
+from .graphs import make_graphed_callables
 from .trace import trace
 
 __version__ = "0.1.0"
@@ -46,6 +47,7 @@ __all__ = [
     "fp8_autocast",
     "fp8_model_init",
     "get_default_recipe",
+    "make_graphed_callables",
     "ops",
     "quantized_model_init",
     "recipe",

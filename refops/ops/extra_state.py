@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["encode_extra_state", "decode_extra_state"]
+__all__ = ["encode_extra_state", "decode_extra_state", "load_extra_state"]
 
 _MAGIC = b"REFOPS\x01\x00"
 _DTYPES = {
@@ -75,24 +75,39 @@ def encode_extra_state(state: dict[str, Any]) -> torch.Tensor:
     return torch.frombuffer(bytearray(payload), dtype=torch.uint8).clone()
 
 
-def decode_extra_state(data: torch.Tensor | None) -> dict[str, Any]:
-    """Inverse of :func:`encode_extra_state`; an empty tensor (or None) gives ``{}``."""
-    if data is None or data.numel() == 0:
+def decode_extra_state(data: Any, *, owner: str = "extra state") -> dict[str, Any]:
+    """Inverse of :func:`encode_extra_state`.
+
+    "No state" (``{}``) is an empty tensor or anything that is not a tensor: ``None``, or the
+    placeholder object that ``torch.distributed.checkpoint``'s ``set_model_state_dict`` passes for
+    an ``_extra_state`` key missing from the loaded dict. A tensor that is not refops extra state
+    (wrong dtype, bad magic, a truncated or corrupted payload) is an error naming ``owner``.
+    """
+    if not isinstance(data, torch.Tensor) or data.numel() == 0:
         return {}
-    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8:
-        raise TypeError(
-            f"extra state must be a uint8 tensor written by refops, got {type(data).__name__}"
-            + (f" of dtype {data.dtype}" if isinstance(data, torch.Tensor) else "")
-        )
-    raw = data.detach().to("cpu").contiguous().numpy().tobytes()
+    if data.dtype != torch.uint8:
+        raise TypeError(f"{owner}: extra state must be a uint8 tensor written by refops, got dtype {data.dtype}")
+    raw = data.detach().to("cpu").contiguous().reshape(-1).numpy().tobytes()
     if raw[:8] != _MAGIC:
-        raise ValueError("extra state was not written by refops (bad magic); pickled TE extra state is refused")
+        raise ValueError(f"{owner}: extra state was not written by refops (bad magic); pickled TE extra state is refused")
+    try:
+        return _decode_payload(raw)
+    except (ValueError, KeyError, TypeError, IndexError, RuntimeError, UnicodeDecodeError) as error:
+        raise ValueError(f"{owner}: the extra state is corrupted or truncated ({type(error).__name__}: {error})") from error
+
+
+def _decode_payload(raw: bytes) -> dict[str, Any]:
+    """The JSON header and tensor bytes after the magic; raises on any inconsistency."""
     header_len = int.from_bytes(raw[8:16], "little")
+    if len(raw) < 16 + header_len:
+        raise ValueError(f"the header needs {header_len} bytes but only {len(raw) - 16} follow")
     body = raw[16 + header_len :]
     header = json.loads(raw[16 : 16 + header_len].decode("utf-8"))
 
     def decode(obj: Any) -> Any:
         if isinstance(obj, dict) and "__tensor__" in obj:
+            if obj["offset"] + obj["nbytes"] > len(body):
+                raise ValueError(f"tensor {obj['__tensor__']} runs past the end of the payload")
             chunk = body[obj["offset"] : obj["offset"] + obj["nbytes"]]
             dtype = _DTYPES[obj["dtype"]]
             if not chunk:
@@ -105,4 +120,32 @@ def decode_extra_state(data: torch.Tensor | None) -> dict[str, Any]:
             return [decode(v) for v in obj]
         return obj
 
-    return decode(header)
+    decoded = decode(header)
+    if not isinstance(decoded, dict):
+        raise ValueError(f"the payload holds a {type(decoded).__name__}, not a dict")
+    return decoded
+
+
+def load_extra_state(op: Any, data: Any) -> None:
+    """``op.set_extra_state(data)``, all or nothing: a failure leaves ``op``'s recipe state as it was.
+
+    Invariant: either the whole saved state is applied, or ``op`` keeps its previous recipe
+    state (objects and values) and a ``ValueError`` names the op and what did not fit (extra
+    state saved by a different op, or a different recipe configuration).
+    """
+    owner = type(op).__name__
+    state = decode_extra_state(data, owner=owner)
+    if not state:
+        return
+    saved_objects = (op._recipe_states, op._quantizers)
+    saved_values = decode_extra_state(encode_extra_state(op._extra_state_dict()))  # a copy, not the live tensors
+    try:
+        op._load_extra_state_dict(state)
+    except Exception as error:  # noqa: BLE001 - restored, then reported with the op's name
+        op._recipe_states, op._quantizers = saved_objects
+        if saved_values:
+            op._load_extra_state_dict(saved_values)
+        raise ValueError(
+            f"{owner}: the extra state does not fit this op (saved by another op or another recipe "
+            f"configuration?); the op's recipe state is unchanged ({type(error).__name__}: {error})"
+        ) from error

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from .. import trace
+from ..distributed.fsdp import check_fuser_parameters_unsharded
 from ..quantization.state import backward_update_callback, claim_first_module, get_autocast_recipe
 from .channels import resolve_channels
 from .fuser_autograd import FuserAutogradFunction
@@ -196,6 +197,7 @@ class OperationFuser:
         self, recipe: Any, input_: torch.Tensor, basic_op_extra_inputs: list[list[Optional[torch.Tensor]]]
     ) -> None:
         """The lifecycle, steps 1 to 5 (see the module docstring)."""
+        check_fuser_parameters_unsharded(self._ops)  # per-op fully_shard: a refops error naming the fix
         first_forward = self.is_first_forward
         if first_forward:
             self._reset_recipe_state(recipe)

@@ -15,7 +15,7 @@ from typing import Any, Iterable, NoReturn, Optional
 import torch
 
 from ..quantization.quantized_tensor import QuantizedTensor
-from .extra_state import decode_extra_state, encode_extra_state
+from .extra_state import encode_extra_state, load_extra_state
 from .parameter_lifecycle import ParameterLifecycle, fill_parameter_in_place
 from .quantized_checkpoint import (
     decode_quantized_parameter,
@@ -241,8 +241,8 @@ class BasicOperation(QuantizationHooks, ParameterLifecycle, FusibleOperation):
         return encode_extra_state(self._extra_state_dict())
 
     def set_extra_state(self, state: Any) -> None:
-        """Inverse of :meth:`get_extra_state`; idempotent."""
-        self._load_extra_state_dict(decode_extra_state(state))
+        """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; a non-tensor means no state."""
+        load_extra_state(self, state)
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
         """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact)."""

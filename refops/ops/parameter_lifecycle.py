@@ -16,6 +16,11 @@ The invariants kept here (see ``docs/lifecycle.md``):
    assignment, ``load_state_dict(assign=True)``, ``to_empty``, ``.to()`` on paths
    that create new objects), ``param_version`` increases and the containers that
    alias the parameter re-sync at once.
+4. A DTensor parameter (FSDP2, DTensor tensor parallelism) stays the same DTensor
+   object: refops draws the *full* value with the construction RNG (parity with a
+   single-process build under the same seed), finalizes it, and writes this rank's
+   shard into the DTensor's local tensor in place; it never replaces a DTensor by a
+   plain tensor (:mod:`refops.distributed.fsdp`).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import Callable, Iterable
 import torch
 
 from .. import trace
+from ..distributed.fsdp import is_dtensor, place_full_value_into_dtensor
 
 __all__ = ["ParameterLifecycle", "canonicalize_device", "canonicalize_dtype", "fill_parameter_in_place"]
 
@@ -76,6 +82,18 @@ def _carry_user_attributes(old: torch.Tensor, new: torch.Tensor) -> None:
     for key, value in old.__dict__.items():
         if key not in new.__dict__ and key not in internal:
             new.__dict__[key] = value
+
+
+def _sharded_init_device(op: torch.nn.Module, name: str, param: torch.Tensor) -> torch.device:
+    """Where a DTensor parameter's full value is drawn: its local shard's device, never meta."""
+    device = param._local_tensor.device
+    if device.type == "meta":
+        raise RuntimeError(
+            f"{type(op).__name__}.{name}: this parameter is a DTensor whose local shard is on the meta device "
+            "(built on meta, then sharded). refops cannot materialize it at the first forward: call "
+            "module.to_empty(device=...) and then module.reset_parameters(), which initializes every shard"
+        )
+    return device
 
 
 class ParameterLifecycle(torch.nn.Module):
@@ -180,14 +198,22 @@ class ParameterLifecycle(torch.nn.Module):
         inference = torch.is_inference_mode_enabled()
         for name in names:
             param = self._parameters[name]
-            device = meta_target if param.is_meta else param.device
+            sharded = is_dtensor(param)
+            device = _sharded_init_device(self, name, param) if sharded else (
+                meta_target if param.is_meta else param.device
+            )
             # Parameters are ordinary tensors whatever the caller's grad mode: a
             # first forward under inference_mode must not create inference tensors.
             with torch.inference_mode(False), torch.no_grad():
+                # A DTensor's shape is the global one: the full value is drawn, for
+                # bit-parity with a single-process build (see refops.distributed.fsdp).
                 value = torch.empty(param.shape, dtype=param.dtype, device=device)
                 self.init_parameter(name, value)
                 value = self._finalize_parameter_value(name, value, inference=inference)
-                self._place_parameter_value(name, value)
+                if sharded:
+                    place_full_value_into_dtensor(param, value, what=f"{type(self).__name__}.{name}")
+                else:
+                    self._place_parameter_value(name, value)
             trace.record(
                 "materialize",
                 f"{type(self).__name__}.{name}",
@@ -204,6 +230,9 @@ class ParameterLifecycle(torch.nn.Module):
     def _place_parameter_value(self, name: str, value: torch.Tensor) -> None:
         """Put ``value`` into parameter ``name``: in place when possible, else by replacement."""
         param = self._parameters[name]
+        if is_dtensor(param):
+            place_full_value_into_dtensor(param, value, what=f"{type(self).__name__}.{name}")
+            return
         if fill_parameter_in_place(param, value):
             return
         replacement = torch.nn.Parameter(value, requires_grad=param.requires_grad)

@@ -1,0 +1,137 @@
+"""FSDP2 (``torch.distributed.fsdp.fully_shard``) and DTensor parameters in refops: the helpers and checks.
+
+What refops guarantees (``docs/distributed.md``):
+
+* **Identity under sharding.** ``reset_parameters()`` on a DTensor parameter (the FSDP2 route for a
+  meta-built model: ``fully_shard`` -> ``to_empty(device)`` -> ``reset_parameters()``) keeps the
+  DTensor object. refops draws the *full* value with the construction RNG (every rank draws the same
+  values, so every rank must run under the same seed), finalizes it (quantizes it, for a weight built
+  under ``quantized_model_init``) and writes this rank's shard into the DTensor's local tensor in
+  place. ``full_tensor()`` is then bit-equal to a single-process eager build under the same seed.
+  A per-shard draw (DTensor's own RNG) would be cheaper for very large models but loses that parity;
+  refops does full-value init.
+* **Per-op sharding inside a refops ``Sequential`` is refused** with an error that names the fix: the
+  fuser calls ``fuser_forward`` directly, so FSDP2's per-module hooks (which unshard the parameters)
+  never run. Shard the root or a parent block, or use ``torch.nn.Sequential``.
+
+Nothing here imports ``torch.distributed.fsdp`` or ``torch.distributed.tensor`` unless the caller
+already has: a process that never touched them pays one dictionary lookup per check.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Iterable, Optional
+
+import torch
+
+__all__ = [
+    "is_dtensor",
+    "local_shard_of",
+    "place_full_value_into_dtensor",
+    "check_fuser_parameters_unsharded",
+    "PER_OP_SHARDING_FIX",
+]
+
+#: The fix the per-op-sharding error names (also quoted by the docs).
+PER_OP_SHARDING_FIX = (
+    "apply fully_shard to the refops Sequential (the root) or to a parent block that contains it, "
+    "or hold the ops in a torch.nn.Sequential so that each op's own hooks run"
+)
+
+
+def _dtensor_class() -> Optional[type]:
+    """``DTensor`` if ``torch.distributed.tensor`` is loaded (else nothing can be a DTensor)."""
+    module = sys.modules.get("torch.distributed.tensor")
+    return getattr(module, "DTensor", None) if module is not None else None
+
+
+def is_dtensor(tensor: Any) -> bool:
+    """Whether ``tensor`` is a ``torch.distributed.tensor.DTensor`` (cheap when DTensor was never imported)."""
+    cls = _dtensor_class()
+    return cls is not None and isinstance(tensor, cls)
+
+
+def local_shard_of(full: torch.Tensor, like: Any, *, what: str) -> torch.Tensor:
+    """This rank's part of ``full``, laid out as DTensor ``like`` lays out its global value.
+
+    Invariant: the result has ``like._local_tensor``'s shape and holds exactly the elements of
+    ``full`` that ``like.full_tensor()`` takes from this rank (``Shard(d)``: a slice along ``d``;
+    ``Replicate``: everything). Partial placements hold no well-defined shard and are refused.
+    ``full`` may be a ``QuantizedTensor`` (sliced along dim 0 only, keeping its bytes and scales).
+    """
+    from torch.distributed.tensor import Partial
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    if any(isinstance(p, Partial) for p in like.placements):
+        raise ValueError(f"{what}: a DTensor with a Partial placement has no shard to initialize ({like.placements})")
+    local_shape, offset = compute_local_shape_and_global_offset(full.shape, like.device_mesh, like.placements)
+    shard = full
+    for dim, (size, start) in enumerate(zip(local_shape, offset)):
+        if size != full.shape[dim]:
+            shard = shard.narrow(dim, start, size)
+    return shard
+
+
+def place_full_value_into_dtensor(param: Any, full: torch.Tensor, *, what: str) -> None:
+    """Write this rank's shard of ``full`` into DTensor parameter ``param``, keeping ``param`` the same object.
+
+    Invariant: afterwards ``param`` is the same DTensor (same spec, same ``requires_grad`` and
+    attributes) and ``param.full_tensor()`` equals ``full``. A plain local shard receiving a plain value
+    is overwritten in place (its storage is FSDP2's sharded buffer, so FSDP2 sees the new values); a
+    local ``QuantizedTensor`` re-quantized in place; a plain local shard receiving a quantized value
+    (a weight built under ``quantized_model_init`` on meta) becomes a ``QuantizedTensor`` local shard
+    of the same DTensor, which FSDP2 picks up at its lazy initialization. Anything else raises: a
+    DTensor is never replaced by a plain tensor.
+    """
+    from ..quantization.quantized_tensor import QuantizedTensor
+
+    local = param._local_tensor
+    if local.is_meta:
+        raise RuntimeError(
+            f"{what}: this DTensor parameter's local shard is on the meta device. With FSDP2 the only "
+            "route from meta is module.to_empty(device=...) followed by module.reset_parameters()"
+        )
+    shard = local_shard_of(full, param, what=what)
+    if tuple(shard.shape) != tuple(local.shape):
+        raise RuntimeError(
+            f"{what}: the local shard has shape {tuple(local.shape)} but this rank's part of the "
+            f"initial value has shape {tuple(shard.shape)}"
+        )
+    with torch.no_grad():
+        if isinstance(shard, QuantizedTensor) and not isinstance(local, QuantizedTensor):
+            param._local_tensor = shard.to(device=local.device)
+        elif isinstance(local, QuantizedTensor) and not isinstance(shard, QuantizedTensor):
+            raise RuntimeError(
+                f"{what}: the local shard is a {type(local).__name__} but the initial value is a plain "
+                "tensor; refops does not dequantize a sharded quantized weight"
+            )
+        else:
+            local.copy_(shard)
+
+
+def check_fuser_parameters_unsharded(ops: Iterable[torch.nn.Module]) -> None:
+    """Before a fuser runs: no op it runs holds parameters that FSDP2 left sharded.
+
+    A refops fuser calls ``fuser_forward`` directly, so when ``fully_shard`` was applied to an op
+    *inside* a refops ``Sequential`` (or to a basic op inside a container), FSDP2's pre-forward hook,
+    which would unshard that op's parameters, never runs, and the op would compute with DTensor
+    shards ("mixed torch.Tensor and DTensor"). This raises a refops error naming the fix instead.
+    Cheap: returns at once unless FSDP2 was imported.
+    """
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    fsdp_module = getattr(fsdp, "FSDPModule", None) if fsdp is not None else None
+    if fsdp_module is None:
+        return
+    for op in ops:
+        wrapped = [m for m in op.modules() if isinstance(m, fsdp_module)]
+        if not wrapped:
+            continue
+        sharded = [name for name, p in op.named_parameters() if is_dtensor(p)]
+        if sharded:
+            name = type(wrapped[0]).__name__.removeprefix("FSDP")
+            raise RuntimeError(
+                f"{name}: fully_shard was applied to this op, and its parameters {sharded} are still "
+                "sharded DTensors when the refops fuser runs it: the fuser calls fuser_forward directly, "
+                f"so FSDP2's per-module unshard hooks never fire. Fix: {PER_OP_SHARDING_FIX}"
+            )

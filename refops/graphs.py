@@ -141,11 +141,13 @@ def make_graphed_callables(
     if sample_kwargs is not None:
         kwargs_list = [sample_kwargs] if single else list(sample_kwargs)
     context: Callable[[], Any] = (lambda: autocast(enabled=True, recipe=chosen)) if quantized else contextlib.nullcontext
+    options: dict[str, Any] = {"num_warmup_iters": num_warmup_iters, "allow_unused_input": allow_unused_input}
+    if kwargs_list is not None:  # newer torch only: pass it only when used
+        options["sample_kwargs"] = tuple(kwargs_list)
+    if pool is not None:
+        options["pool"] = pool
     with context():
-        graphed = torch.cuda.make_graphed_callables(
-            tuple(module_list), tuple(tuple(a) for a in args_list), num_warmup_iters=num_warmup_iters,
-            allow_unused_input=allow_unused_input,
-            sample_kwargs=None if kwargs_list is None else tuple(kwargs_list), pool=pool)
+        graphed = torch.cuda.make_graphed_callables(tuple(module_list), tuple(tuple(a) for a in args_list), **options)
     for module in graphed:
         _install_guard(module, chosen, quantized, context)
     return graphed[0] if single else graphed

@@ -71,7 +71,17 @@ def test_without_cuda_capture_is_a_clear_error():
 @pytest.mark.parametrize("recipe", [None, Float8CurrentScaling(), MXFP8BlockScaling()],
                          ids=["bf16", "fp8_current", "mxfp8"])
 @pytest.mark.parametrize("meta", [False, True], ids=["eager_init", "meta_init"])
-def test_replays_match_eager_steps_and_the_guard_catches_replacement(recipe, meta):
+@pytest.mark.parametrize("backend", ["reference", "fastpath"])
+def test_replays_match_eager_steps_and_the_guard_catches_replacement(recipe, meta, backend):
+    if backend == "fastpath":
+        fastpath = pytest.importorskip("fastpath", reason="the fast path is not installed")
+        if fastpath.unavailable_reason():
+            pytest.skip(f"fast path unavailable: {fastpath.unavailable_reason()}")
+    with te.use_backend(backend):
+        _replays_match_eager_steps(recipe, meta)
+
+
+def _replays_match_eager_steps(recipe, meta):
     torch.manual_seed(0)
     device = torch.device("cuda")
     eager = _model(device).to(torch.bfloat16)
@@ -82,12 +92,12 @@ def test_replays_match_eager_steps_and_the_guard_catches_replacement(recipe, met
         graphed.load_state_dict(eager.state_dict())
     graphed = graphed.to(torch.bfloat16)
     graphed.load_state_dict(eager.state_dict())
-    x = torch.randn(16, 32, device=device, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(32, 32, device=device, dtype=torch.bfloat16, requires_grad=True)
     graphed = make_graphed_callables(graphed, (x,), enabled=recipe is not None, recipe=recipe)
     opt_e = torch.optim.SGD(eager.parameters(), lr=0.1)
     opt_g = torch.optim.SGD(graphed.parameters(), lr=0.1)
     for step in range(3):
-        xs = torch.randn(16, 32, device=device, dtype=torch.bfloat16)
+        xs = torch.randn(32, 32, device=device, dtype=torch.bfloat16)
         outs = []
         for model, opt in ((eager, opt_e), (graphed, opt_g)):
             xi = xs.clone().requires_grad_(True)
@@ -95,13 +105,14 @@ def test_replays_match_eager_steps_and_the_guard_catches_replacement(recipe, met
             with ctx:
                 y = model(xi)
             y.float().square().sum().backward()
+            torch.cuda.synchronize()
             outs.append((y.detach(), xi.grad, [p.grad.clone() for p in model.parameters()]))
             opt.step()
-            opt.zero_grad(set_to_none=False)
+            opt.zero_grad(set_to_none=True)
         (ye, dxe, ge), (yg, dxg, gg) = outs
         assert torch.equal(ye, yg), f"step {step}: y"
         assert torch.equal(dxe, dxg), f"step {step}: dx"
         assert all(torch.equal(a, b) for a, b in zip(ge, gg)), f"step {step}: parameter grads"
     graphed[0].basic_ops[0]._parameters["weight"] = torch.nn.Parameter(graphed[0].weight.detach().clone())
     with pytest.raises(GraphInvalidatedError):
-        graphed(torch.randn(16, 32, device=device, dtype=torch.bfloat16, requires_grad=True))
+        graphed(torch.randn(32, 32, device=device, dtype=torch.bfloat16, requires_grad=True))

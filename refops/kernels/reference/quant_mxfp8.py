@@ -16,13 +16,14 @@ column-wise ``(round_up(M/32,4), round_up(K,128))`` holding ``[m/32, k]``.
 
 from __future__ import annotations
 
+import struct
+
 import torch
 
 from ...formats import (
     e8m0_encode_multiplier,
     e8m0_from_fp32,
     e8m0_to_fp32,
-    fp32_from_bits,
 )
 from .quant_float8 import float8_format
 
@@ -61,7 +62,9 @@ def _nan_free_abs(x: torch.Tensor) -> torch.Tensor:
 
 
 def _scale_bytes(block_amax: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
-    inv_fmax = fp32_from_bits(torch.tensor([_INV_FMAX_BITS[fp8_dtype]], device=block_amax.device))
+    # A Python float holding the fp32 value exactly: the product is the same fp32 multiply, and no host
+    # tensor is copied to the device (which a CUDA graph capture refuses).
+    inv_fmax = struct.unpack("<f", struct.pack("<I", _INV_FMAX_BITS[fp8_dtype]))[0]
     return e8m0_from_fp32(block_amax * inv_fmax)
 
 

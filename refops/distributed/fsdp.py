@@ -111,27 +111,52 @@ def place_full_value_into_dtensor(param: Any, full: torch.Tensor, *, what: str) 
 
 
 def check_fuser_parameters_unsharded(ops: Iterable[torch.nn.Module]) -> None:
-    """Before a fuser runs: no op it runs holds parameters that FSDP2 left sharded.
+    """Before a fuser runs: no op holds parameters that FSDP2 left sharded, and no DTensor meets quantization.
 
-    A refops fuser calls ``fuser_forward`` directly, so when ``fully_shard`` was applied to an op
-    *inside* a refops ``Sequential`` (or to a basic op inside a container), FSDP2's pre-forward hook,
-    which would unshard that op's parameters, never runs, and the op would compute with DTensor
-    shards ("mixed torch.Tensor and DTensor"). This raises a refops error naming the fix instead.
-    Cheap: returns at once unless FSDP2 was imported.
+    1. A refops fuser calls ``fuser_forward`` directly, so when ``fully_shard`` was applied to an op
+       *inside* a refops ``Sequential`` (or to a basic op inside a container), FSDP2's pre-forward
+       hook, which would unshard that op's parameters, never runs, and the op would compute with
+       DTensor shards ("mixed torch.Tensor and DTensor"). This raises a refops error naming the fix.
+    2. DTensor parameters that are meant to stay DTensors (torch's tensor parallelism through
+       ``distribute_module``) work in high precision only: refops' quantizers take plain tensors.
+       Under a quantization recipe, or with quantized weights, this raises a refops error naming
+       refops' own tensor-parallel path instead of failing inside a quantizer.
+
+    Cheap: returns at once unless ``torch.distributed.tensor`` was imported.
     """
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    fsdp_module = getattr(fsdp, "FSDPModule", None) if fsdp is not None else None
-    if fsdp_module is None:
+    dtensor = _dtensor_class()
+    if dtensor is None:
         return
     for op in ops:
-        wrapped = [m for m in op.modules() if isinstance(m, fsdp_module)]
-        if not wrapped:
-            continue
-        sharded = [name for name, p in op.named_parameters() if is_dtensor(p)]
+        sharded = [name for name, p in op.named_parameters() if isinstance(p, dtensor)]
         if sharded:
-            name = type(wrapped[0]).__name__.removeprefix("FSDP")
-            raise RuntimeError(
-                f"{name}: fully_shard was applied to this op, and its parameters {sharded} are still "
-                "sharded DTensors when the refops fuser runs it: the fuser calls fuser_forward directly, "
-                f"so FSDP2's per-module unshard hooks never fire. Fix: {PER_OP_SHARDING_FIX}"
-            )
+            _check_sharded_op(op, sharded)
+
+
+def _check_sharded_op(op: torch.nn.Module, sharded: list[str]) -> None:
+    """Raise for an op whose parameters ``sharded`` are DTensors at forward time (see the caller)."""
+    from ..quantization.quantized_tensor import QuantizedTensor
+    from ..quantization.state import get_autocast_recipe
+
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    fsdp_module = getattr(fsdp, "FSDPModule", None) if fsdp is not None else None
+    wrapped = [m for m in op.modules() if fsdp_module is not None and isinstance(m, fsdp_module)]
+    if wrapped:
+        name = type(wrapped[0]).__name__.removeprefix("FSDP")
+        raise RuntimeError(
+            f"{name}: fully_shard was applied to this op, and its parameters {sharded} are still "
+            "sharded DTensors when the refops fuser runs it: the fuser calls fuser_forward directly, "
+            f"so FSDP2's per-module unshard hooks never fire. Fix: {PER_OP_SHARDING_FIX}"
+        )
+    params = dict(op.named_parameters())
+    quantized_weights = [n for n in sharded if isinstance(params[n]._local_tensor, QuantizedTensor)]
+    recipe = get_autocast_recipe()
+    if recipe is not None or quantized_weights:
+        reason = f"under {type(recipe).__name__}" if recipe is not None else f"with quantized weights {quantized_weights}"
+        raise NotImplementedError(
+            f"{type(op).__name__}: its parameters {sharded} are DTensors (torch tensor parallelism, e.g. "
+            f"distribute_module) and it runs {reason}; refops quantizes plain tensors only, so DTensor tensor "
+            "parallelism works in high precision only. For quantized tensor parallelism use refops' "
+            "tensor-parallel ops (Linear(..., tensor_parallel_mode='column' or 'row', tensor_parallel_group=...)), "
+            "see docs/tensor-parallel.md"
+        )

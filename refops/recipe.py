@@ -15,13 +15,17 @@ numerics live in :mod:`refops.quantization` and ``recipes-numerics.md``.
 Environment overrides (``NVTE_*``) are read when a recipe is *constructed*
 (TE reads them once, at import), so a test can set them with ``monkeypatch``.
 Recipes are mutable dataclasses as in TE; ``QParams`` and ``MMParams`` are frozen.
-Invalid configurations raise ``ValueError`` naming the field (TE asserts).
+Invalid configurations raise an error naming the recipe and the field, at
+construction (TE asserts only some of them): ``ValueError`` for a value out of
+range, ``TypeError`` for a wrong type (``margin=1.5``, ``reduce_amax="yes"``,
+``fp8_format="E4M3"``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import numbers
 import os
 from typing import Any, Callable, NamedTuple, Optional, Union
 
@@ -148,10 +152,26 @@ class Recipe:
                 f"'high_precision' or 'dequantized', got {self.backward_override!r}"  # type: ignore[attr-defined]
             )
 
+    def _check_int(self, name: str, minimum: int) -> None:
+        """Field ``name`` must be an integer (not a bool) >= ``minimum``; stored as a plain int."""
+        value = getattr(self, name)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise TypeError(f"{type(self).__name__}: {name} must be an int, got {value!r} ({type(value).__name__})")
+        if value < minimum:
+            raise ValueError(f"{type(self).__name__}: {name} must be >= {minimum}, got {value}")
+        setattr(self, name, int(value))
+
+    def _check_bools(self, *names: str) -> None:
+        """Flags must be real bools: a string such as ``"0"`` would otherwise read as True."""
+        for name in names:
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{type(self).__name__}: {name} must be a bool, got {value!r} ({type(value).__name__})")
+
     def _check_fp8_format(self) -> None:
         fmt = self.fp8_format  # type: ignore[attr-defined]
         if not isinstance(fmt, Format):
-            raise ValueError(f"{type(self).__name__}: fp8_format must be a Format, got {fmt!r}")
+            raise TypeError(f"{type(self).__name__}: fp8_format must be a Format, got {fmt!r}")
         if fmt in (Format.E5M2, Format.E2M1):
             raise ValueError(f"{type(self).__name__}: fp8_format {fmt.name} is not supported (use E4M3 or HYBRID)")
 
@@ -188,8 +208,14 @@ class DelayedScaling(Recipe):
                 f"DelayedScaling: amax_compute_algo must be 'max', 'most_recent' or a callable, "
                 f"got {self.amax_compute_algo!r}"
             )
-        if int(self.amax_history_len) < 1:
-            raise ValueError(f"DelayedScaling: amax_history_len must be >= 1, got {self.amax_history_len}")
+        self._check_int("margin", 0)
+        self._check_int("amax_history_len", 1)
+        if self.scaling_factor_compute_algo is not None and not callable(self.scaling_factor_compute_algo):
+            raise TypeError(
+                f"DelayedScaling: scaling_factor_compute_algo must be None or a callable, "
+                f"got {self.scaling_factor_compute_algo!r}"
+            )
+        self._check_bools("reduce_amax", "fp8_dpa", "fp8_mha")
 
 
 @dataclasses.dataclass
@@ -218,6 +244,7 @@ class Float8CurrentScaling(Recipe):
     def __post_init__(self) -> None:
         self._check_fp8_format()
         self._check_backward_override()
+        self._check_bools("use_power_2_scales", "fp8_dpa", "fp8_mha")
         params = QParams(power_2_scale=bool(self.use_power_2_scales), amax_epsilon=0.0)
         self.fp8_quant_fwd_inp = params
         self.fp8_quant_fwd_weight = params
@@ -242,6 +269,8 @@ class MXFP8BlockScaling(Recipe):
     def __post_init__(self) -> None:
         self._check_fp8_format()
         self._check_backward_override()
+        self._check_int("margin", 0)
+        self._check_bools("fp8_dpa", "fp8_mha", "enable_2d_quantization")
 
 
 @dataclasses.dataclass
@@ -274,8 +303,9 @@ class Float8BlockScaling(Recipe):
             "w_block_scaling_dim": self.w_block_scaling_dim,
             "grad_block_scaling_dim": self.grad_block_scaling_dim,
         }
+        self._check_bools("use_f32_scales", "fp8_dpa", "fp8_mha")
         for name, dim in dims.items():
-            if dim not in (1, 2):
+            if isinstance(dim, bool) or dim not in (1, 2):
                 raise ValueError(f"Float8BlockScaling: {name} must be 1 or 2, got {dim}")
         two_d = [name for name, dim in dims.items() if dim == 2]
         if len(two_d) > 1:
@@ -333,6 +363,10 @@ class NVFP4BlockScaling(Recipe):
         if self.fp8_format != Format.E4M3:
             raise ValueError(f"NVFP4BlockScaling: fp8_format (block scales) must be Format.E4M3, got {self.fp8_format!r}")
         self._check_backward_override()
+        self._check_bools(
+            "disable_rht", "disable_stochastic_rounding", "disable_2d_quantization", "row_scaled_activation",
+            "fp8_dpa", "fp8_mha",
+        )
         for name in ("nvfp4_4over6", "nvfp4_4over6_e4m3_use_256"):
             if getattr(self, name) not in NVFP4_4OVER6_SCOPES:
                 raise ValueError(
@@ -369,4 +403,7 @@ class CustomRecipe(Recipe):
     def __post_init__(self) -> None:
         if not callable(self.qfactory):
             raise ValueError(f"CustomRecipe: qfactory must be callable, got {self.qfactory!r}")
+        self._check_fp8_format()
         self._check_backward_override()
+        self._check_int("quantization_alignment", 1)
+        self._check_bools("fp8_dpa", "fp8_mha")

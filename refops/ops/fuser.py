@@ -30,7 +30,7 @@ from ..distributed.fsdp import check_fuser_parameters_unsharded
 from ..quantization.state import backward_update_callback, claim_first_module, get_autocast_recipe
 from .channels import resolve_channels
 from .fuser_autograd import FuserAutogradFunction
-from .op import BasicOperation, FusibleOperation
+from .op import BasicOperation, FusibleOperation, check_not_parametrized
 
 __all__ = [
     "OperationFuser",
@@ -122,6 +122,7 @@ class OperationFuser:
         (fusion decisions depend on them): cheap, and it catches every
         replacement path, including direct writes to ``module._parameters``.
         """
+        check_not_parametrized(self._basic_ops)  # a parametrization keeps the object: check every time
         params = [list(op.parameters()) for op in self._basic_ops]
         signature = tuple(
             (id(p), p.dtype, p.device, type(p), p.requires_grad) for op_params in params for p in op_params

@@ -14,17 +14,19 @@ from typing import Any, Iterable, NoReturn, Optional
 
 import torch
 
-from ..quantization.quantized_tensor import QuantizedTensor
 from .extra_state import encode_extra_state, load_extra_state
-from .parameter_lifecycle import ParameterLifecycle, fill_parameter_in_place
-from .quantized_checkpoint import (
-    decode_quantized_parameter,
-    encode_quantized_parameter,
-    is_encoded_quantized_parameter,
-)
+from .parameter_lifecycle import ParameterLifecycle
+from .quantized_checkpoint import QuantizedCheckpoint
 from .recipe_hooks import QuantizationHooks
 
-__all__ = ["OperationContext", "FusibleOperation", "BasicOperation", "FuserOnlyOperation", "FusedOperation"]
+__all__ = [
+    "OperationContext",
+    "FusibleOperation",
+    "BasicOperation",
+    "FuserOnlyOperation",
+    "FusedOperation",
+    "check_not_parametrized",
+]
 
 
 @dataclasses.dataclass
@@ -104,7 +106,7 @@ class FusibleOperation(torch.nn.Module, metaclass=abc.ABCMeta):
         """Containers re-point their aliases at their basic ops' parameters (no-op by default)."""
 
 
-class BasicOperation(QuantizationHooks, ParameterLifecycle, FusibleOperation):
+class BasicOperation(QuantizedCheckpoint, QuantizationHooks, ParameterLifecycle, FusibleOperation):
     """A single operation that owns its parameters and quantization state.
 
     Subclasses implement :meth:`op_forward` and :meth:`op_backward`, or override
@@ -244,80 +246,22 @@ class BasicOperation(QuantizationHooks, ParameterLifecycle, FusibleOperation):
         """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; a non-tensor means no state."""
         load_extra_state(self, state)
 
-    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact)."""
-        super()._save_to_state_dict(destination, prefix, keep_vars)
-        if keep_vars:
-            return
-        for name, param in self._parameters.items():
-            if isinstance(param, QuantizedTensor):
-                destination[prefix + name] = encode_quantized_parameter(param)
 
-    def _load_from_state_dict(
-        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-    ):
-        """Atomic per op: all own shapes are checked first, and a mismatch loads nothing.
+def check_not_parametrized(basic_ops: Iterable[BasicOperation]) -> None:
+    """Refuse ``torch.nn.utils.parametrize`` on a basic op's parameters, naming the op and the parameters.
 
-        Extra state is applied before parameters (loading into a quantized
-        parameter needs the loaded scales). A meta parameter receiving a real
-        tensor without ``assign=True`` is materialized from the checkpoint instead
-        of silently staying on meta. Encoded quantized parameters are rebuilt bit
-        for bit and placed into the existing parameter objects.
-        """
-        own = {n: p for n, p in self._parameters.items() if p is not None and prefix + n in state_dict}
-        quantized = {
-            n: decode_quantized_parameter(state_dict[prefix + n], device=self._checkpoint_target_device(p))
-            for n, p in own.items()
-            if is_encoded_quantized_parameter(state_dict[prefix + n])
-        }
-        shapes = {n: tuple(quantized[n].shape if n in quantized else state_dict[prefix + n].shape) for n in own}
-        mismatched = [n for n, p in own.items() if shapes[n] != tuple(p.shape)]
-        if mismatched:
-            for n in mismatched:
-                error_msgs.append(
-                    f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}' expects shape "
-                    f"{tuple(own[n].shape)} but the checkpoint has {shapes[n]}; nothing of this op was loaded"
-                )
-            return
-        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
-        if extra_key in state_dict:
-            self.set_extra_state(state_dict[extra_key])
-        assign = local_metadata.get("assign_to_params_buffers", False)
-        for name, value in quantized.items():
-            self._load_quantized_parameter(name, value, assign=assign)
-            del state_dict[prefix + name]
-        if not assign:
-            self._materialize_from_checkpoint(
-                {n: state_dict[prefix + n] for n, p in own.items()
-                 if n not in quantized and p.is_meta and not state_dict[prefix + n].is_meta}
+    The fuser hands parameters to autograd itself and the ops read them inside
+    one autograd function, so a parametrization's own graph would be bypassed:
+    the gradient would never reach the original parameter. Said plainly instead.
+    """
+    for op in basic_ops:
+        parametrized = getattr(op, "parametrizations", None)
+        if parametrized:
+            raise TypeError(
+                f"{type(op).__name__}: torch.nn.utils.parametrize on {sorted(parametrized)} is not supported by "
+                "refops ops (gradients would not reach the original parameter). Remove the parametrization "
+                "(torch.nn.utils.parametrize.remove_parametrizations) or compute the weight outside the op"
             )
-        super()._load_from_state_dict(
-            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
-        )
-        for name in quantized:
-            if prefix + name in missing_keys:
-                missing_keys.remove(prefix + name)
-
-    def _checkpoint_target_device(self, param: torch.Tensor) -> torch.device:
-        return self.materialization_device() if param.is_meta else param.device
-
-    def _load_quantized_parameter(self, name: str, value: QuantizedTensor, *, assign: bool) -> None:
-        param = self._parameters[name]
-        if assign:
-            setattr(self, name, torch.nn.Parameter(value, requires_grad=param.requires_grad))
-        elif not fill_parameter_in_place(param, value):
-            self._place_parameter_value(name, value)
-
-    def _materialize_from_checkpoint(self, values: dict[str, torch.Tensor]) -> None:
-        if not values:
-            return
-        device = self.materialization_device()
-        with torch.no_grad():
-            for name, source in values.items():
-                param = self._parameters[name]
-                value = torch.empty(param.shape, dtype=param.dtype, device=device)
-                value.copy_(source)
-                self._place_parameter_value(name, value)
 
 
 class FuserOnlyOperation(BasicOperation):

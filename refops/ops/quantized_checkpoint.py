@@ -6,6 +6,13 @@ plain tensors (data, scales, quantizer state) and metadata (see
 ``torch.load(weights_only=True)`` and rebuild every byte. Loading places the
 rebuilt tensor into the existing parameter object (or assigns it with
 ``assign=True``).
+
+Nothing changes type silently on load (the functions at the end): a quantized
+entry loads only into a weight stored with the same scheme, and then takes the
+op's live quantizer; a plain entry loaded into a quantized weight is quantized
+with the op's weight quantizer; a truncated entry is an error naming the op and
+the parameter. :func:`dequantize_state_dict` is the explicit conversion of a
+quantized checkpoint for a plain model.
 """
 
 from __future__ import annotations
@@ -15,9 +22,19 @@ from typing import Any, Optional
 import torch
 
 from ..quantization.quantized_tensor import QuantizedTensor
-from .extra_state import decode_extra_state, encode_extra_state
+from .extra_state import _MAGIC, decode_extra_state, encode_extra_state
+from .parameter_lifecycle import fill_parameter_in_place
 
-__all__ = ["encode_quantized_parameter", "decode_quantized_parameter", "is_encoded_quantized_parameter"]
+__all__ = [
+    "encode_quantized_parameter",
+    "decode_quantized_parameter",
+    "is_encoded_quantized_parameter",
+    "decode_checkpoint_entry",
+    "quantized_entry_error",
+    "bind_live_quantizer",
+    "dequantize_state_dict",
+    "QuantizedCheckpoint",
+]
 
 _KEY = "refops.quantized_tensor"
 
@@ -44,3 +61,223 @@ def decode_quantized_parameter(value: torch.Tensor, device: Optional[torch.devic
     """Inverse of :func:`encode_quantized_parameter`, on ``device``."""
     payload = decode_extra_state(value)[_KEY]
     return QuantizedTensor.from_plain_tensors(payload["arrays"], payload["metadata"], device=device)
+
+
+# ----------------------------------------------------------------- loading
+# What a basic op's ``_load_from_state_dict`` asks before it loads anything: nothing
+# changes type silently. A quantized entry loads only into a weight stored
+# quantized the same way; a plain entry into a quantized weight is quantized with
+# the op's own weight quantizer (the one documented conversion); a corrupt entry is
+# an error naming the op and the tensor.
+
+def _looks_encoded(value: Any) -> bool:
+    """Whether ``value`` starts like a refops-encoded tensor (decoding decides whether it is one)."""
+    if not isinstance(value, torch.Tensor) or isinstance(value, QuantizedTensor):
+        return False
+    if value.dtype != torch.uint8 or value.dim() != 1 or value.numel() < len(_MAGIC) or value.is_meta:
+        return False
+    return bytes(value[: len(_MAGIC)].tolist()) == _MAGIC
+
+
+def decode_checkpoint_entry(value: Any, *, where: str, device: torch.device) -> Optional[QuantizedTensor]:
+    """The quantized tensor encoded in ``value``, or None for a plain entry.
+
+    Raises ``ValueError`` naming ``where`` (op and parameter) when ``value`` is an
+    encoded quantized tensor that cannot be rebuilt (truncated, corrupt).
+    """
+    if not _looks_encoded(value):
+        return None
+    try:
+        payload = decode_extra_state(value)
+    except Exception as error:  # any failure of a truncated or corrupt blob
+        raise ValueError(f"{where}: the checkpoint entry is a truncated or corrupt refops tensor ({error})") from None
+    if _KEY not in payload:
+        return None
+    try:
+        entry = payload[_KEY]
+        return QuantizedTensor.from_plain_tensors(entry["arrays"], entry["metadata"], device=device)
+    except Exception as error:
+        raise ValueError(
+            f"{where}: the checkpoint's quantized tensor cannot be rebuilt (truncated or corrupt: {error})"
+        ) from None
+
+
+def _scheme(quantizer: Any) -> dict[str, Any]:
+    """What must match for stored quantized bytes to mean the same values: class and options, not usages."""
+    config = {k: v for k, v in quantizer._config().items() if k not in ("rowwise", "columnwise")}
+    return {"quantizer": type(quantizer).__name__, **config}
+
+
+def expected_weight_quantizer(op: Any, name: str) -> Any:
+    """The quantizer parameter ``name`` of ``op`` is stored with, or None if it is stored plain.
+
+    A materialized quantized weight answers for itself; a meta one built under
+    ``quantized_model_init`` answers with the op's weight quantizer.
+    """
+    param = op._parameters[name]
+    if isinstance(param, QuantizedTensor):
+        return param.quantizer
+    slot_of = getattr(op, "_weight_quantizer_slot", None)
+    if not getattr(op, "_with_quantized_weight", False) or slot_of is None or slot_of(name) is None:
+        return None
+    try:
+        return op._weight_quantizer(slot_of(name))
+    except RuntimeError:
+        return None
+
+
+def quantized_entry_error(op: Any, name: str, value: QuantizedTensor, where: str) -> Optional[str]:
+    """Why quantized checkpoint entry ``value`` cannot load into ``op``'s parameter ``name`` (None: it can)."""
+    param = op._parameters[name]
+    expected = expected_weight_quantizer(op, name)
+    saved = f"{type(value).__name__} made by {type(value.quantizer).__name__}" if value.quantizer else type(value).__name__
+    if expected is None and not isinstance(param, QuantizedTensor):
+        return (
+            f"{where} is a plain parameter but the checkpoint holds a quantized {saved} (saved under "
+            "quantized_model_init); build the model under quantized_model_init with the same recipe, or convert "
+            "the checkpoint with refops.ops.quantized_checkpoint.dequantize_state_dict(state_dict)"
+        )
+    if expected is None or value.quantizer is None:
+        return None
+    if expected.tensor_class is not type(value) or _scheme(expected) != _scheme(value.quantizer):
+        return (
+            f"{where} is stored as {expected.tensor_class.__name__} ({_scheme(expected)}) but the checkpoint holds "
+            f"{saved} ({_scheme(value.quantizer)}): it was saved with another recipe. Build the model under "
+            "quantized_model_init with that recipe, or load dequantize_state_dict(state_dict) to re-quantize"
+        )
+    return None
+
+
+def bind_live_quantizer(op: Any, name: str, value: QuantizedTensor) -> None:
+    """Give a loaded weight the op's live weight quantizer (same scheme, checked before).
+
+    The rebuilt quantizer holds *copies* of the saved scale and amax; a delayed-
+    scaling weight re-quantized by the optimizer must use the recipe state's live
+    scale and record its amax there, as the uninterrupted model's weight does.
+    """
+    slot_of = getattr(op, "_weight_quantizer_slot", None)
+    slot = slot_of(name) if slot_of is not None else None
+    live = op.get_quantizer("forward", slot) if slot is not None else None
+    if live is None or value.quantizer is None or _scheme(live) != _scheme(value.quantizer):
+        return
+    quantizer = live.copy()
+    quantizer.set_usage(rowwise=value.has_usage("rowwise"), columnwise=value.has_usage("columnwise"))
+    quantizer.internal = False
+    value._quantizer = quantizer
+
+
+def dequantize_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``state_dict`` with every encoded quantized tensor replaced by its dequantized values.
+
+    The explicit conversion for loading a quantized checkpoint into a plain model
+    (or into one quantized with another recipe, which re-quantizes on load).
+    """
+    out = {}
+    for key, value in state_dict.items():
+        decoded = decode_checkpoint_entry(value, where=f"state_dict[{key!r}]", device=torch.device("cpu"))
+        out[key] = value if decoded is None else decoded.dequantize().detach()
+    return out
+
+
+class QuantizedCheckpoint(torch.nn.Module):
+    """Mixin for :class:`~refops.ops.op.BasicOperation`: quantized parameters in ``state_dict`` and the
+    all-or-nothing, type-preserving ``load_state_dict`` (see the module docstring)."""
+
+    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+        """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact)."""
+        super()._save_to_state_dict(destination, prefix, keep_vars)
+        if keep_vars:
+            return
+        for name, param in self._parameters.items():
+            if isinstance(param, QuantizedTensor):
+                destination[prefix + name] = encode_quantized_parameter(param)
+
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
+        """Atomic per op: every own entry is checked first, and any problem loads nothing.
+
+        Checked: shapes, corrupt encoded entries, and quantized entries that do not
+        match how the weight is stored (never a silent type change; see
+        :mod:`refops.ops.quantized_checkpoint`). Extra state is applied before
+        parameters (a loaded quantized weight takes the op's live quantizer, with
+        the loaded scales). A meta parameter receiving a real tensor without
+        ``assign=True`` is materialized from the checkpoint (quantized if the op
+        stores its weights quantized) instead of silently staying on meta.
+        """
+        own = {n: p for n, p in self._parameters.items() if p is not None and prefix + n in state_dict}
+        where = lambda n: f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}'"  # noqa: E731
+        try:
+            decoded = {
+                n: decode_checkpoint_entry(state_dict[prefix + n], where=where(n),
+                                           device=self._checkpoint_target_device(p))
+                for n, p in own.items()
+            }
+        except ValueError as error:
+            error_msgs.append(f"{error}; nothing of this op was loaded")
+            return
+        quantized = {n: q for n, q in decoded.items() if q is not None}
+        shapes = {n: tuple(quantized[n].shape if n in quantized else state_dict[prefix + n].shape) for n in own}
+        problems = [
+            f"{where(n)} expects shape {tuple(own[n].shape)} but the checkpoint has {shapes[n]}"
+            for n in own if shapes[n] != tuple(own[n].shape)
+        ]
+        problems += [msg for n, q in quantized.items() if (msg := quantized_entry_error(self, n, q, where(n)))]
+        if problems:
+            error_msgs.extend(f"{msg}; nothing of this op was loaded" for msg in problems)
+            return
+        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
+        if extra_key in state_dict:
+            self.set_extra_state(state_dict[extra_key])
+        assign = local_metadata.get("assign_to_params_buffers", False)
+        plain_into_quantized = {
+            n: state_dict[prefix + n] for n in own
+            if n not in quantized and (assign or own[n].is_meta) and expected_weight_quantizer(self, n) is not None
+        }
+        for name, source in plain_into_quantized.items():
+            quantized[name] = self._quantize_checkpoint_value(name, source)
+        for name, value in quantized.items():
+            bind_live_quantizer(self, name, value)
+            self._load_quantized_parameter(name, value, assign=assign)
+            del state_dict[prefix + name]
+        if not assign:
+            self._materialize_from_checkpoint(
+                {n: state_dict[prefix + n] for n, p in own.items()
+                 if n not in quantized and p.is_meta and not state_dict[prefix + n].is_meta}
+            )
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
+        for name in quantized:
+            if prefix + name in missing_keys:
+                missing_keys.remove(prefix + name)
+
+    def _checkpoint_target_device(self, param: torch.Tensor) -> torch.device:
+        return self.materialization_device() if param.is_meta else param.device
+
+    def _quantize_checkpoint_value(self, name: str, source: torch.Tensor) -> torch.Tensor:
+        """A plain checkpoint value for a weight stored quantized: quantized with the op's weight quantizer,
+        exactly as an eager-built weight re-quantizes a value copied into it."""
+        param = self._parameters[name]
+        with torch.inference_mode(False), torch.no_grad():
+            value = torch.empty(param.shape, dtype=param.dtype, device=self._checkpoint_target_device(param))
+            value.copy_(source)
+            return self._finalize_parameter_value(name, value, inference=False)
+
+    def _load_quantized_parameter(self, name: str, value: QuantizedTensor, *, assign: bool) -> None:
+        param = self._parameters[name]
+        if assign:
+            setattr(self, name, torch.nn.Parameter(value, requires_grad=param.requires_grad))
+        elif not fill_parameter_in_place(param, value):
+            self._place_parameter_value(name, value)
+
+    def _materialize_from_checkpoint(self, values: dict[str, torch.Tensor]) -> None:
+        if not values:
+            return
+        device = self.materialization_device()
+        with torch.no_grad():
+            for name, source in values.items():
+                param = self._parameters[name]
+                value = torch.empty(param.shape, dtype=param.dtype, device=device)
+                value.copy_(source)
+                self._place_parameter_value(name, value)

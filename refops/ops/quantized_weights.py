@@ -57,14 +57,15 @@ class QuantizedWeights(torch.nn.Module):
             return quantizer.copy()
         if self._quantized_weight_recipe is None:
             raise RuntimeError(f"{type(self).__name__}: {NO_QUANTIZER_MESSAGE}")
-        state = RecipeState.create(
-            self._quantized_weight_recipe,
-            mode="forward",
-            num_quantizers=self.num_quantizers("forward"),  # type: ignore[attr-defined]
-            roles=self.get_quantizer_roles("forward"),  # type: ignore[attr-defined]
-            device=self._recipe_state_device(),  # type: ignore[attr-defined]
-        )
-        return state.make_quantizer(slot)
+        with torch.inference_mode(False):
+            state = RecipeState.create(
+                self._quantized_weight_recipe,
+                mode="forward",
+                num_quantizers=self.num_quantizers("forward"),  # type: ignore[attr-defined]
+                roles=self.get_quantizer_roles("forward"),  # type: ignore[attr-defined]
+                device=self._recipe_state_device(),  # type: ignore[attr-defined]
+            )
+            return state.make_quantizer(slot)
 
     def _check_can_materialize(self) -> None:
         """Before anything is materialized: fail early if a weight could not be quantized."""
@@ -75,18 +76,21 @@ class QuantizedWeights(torch.nn.Module):
                     self._weight_quantizer(slot)
 
     def _finalize_parameter_value(self, name: str, value: torch.Tensor, *, inference: bool) -> torch.Tensor:
-        """Quantize a freshly initialized weight: row-wise, and column-wise unless in inference mode.
+        """Quantize a freshly initialized weight: row-wise, and column-wise whenever it could be trained.
 
-        (TE keys column-wise data on grad mode; refops creates it whenever the
-        tensors could be trained, so a first forward under no_grad does not
-        leave the weight unusable for backward.) Keeps a CPU copy of the
+        (TE keys column-wise data on grad mode; refops creates it unless in
+        inference mode with a weight that does not require grad, so a first
+        forward under ``no_grad`` or ``inference_mode`` does not leave a
+        trainable weight unusable for backward.) Keeps a CPU copy of the
         high-precision values only if ``preserve_high_precision_init_val`` asked.
         """
         slot = self._weight_quantizer_slot(name)
         if not self._with_quantized_weight or slot is None:
             return value
+        param = self._parameters.get(name)
+        trainable = param is None or param.requires_grad
         quantizer = self._weight_quantizer(slot)
-        quantizer.set_usage(rowwise=True, columnwise=not inference)
+        quantizer.set_usage(rowwise=True, columnwise=trainable or not inference)
         quantizer.internal = False
         quantized = quantizer(value)
         if self._keep_high_precision_init_val:

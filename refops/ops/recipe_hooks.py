@@ -92,9 +92,16 @@ class QuantizationHooks(torch.nn.Module):
             state.recipe = recipe
             if history_changed:
                 state.resize_history(recipe.amax_history_len)
-                self._quantizers[mode] = state.make_quantizers()
+                with torch.inference_mode(False):
+                    self._quantizers[mode] = state.make_quantizers()
 
     def _build_recipe_states(self, recipe: Recipe) -> None:
+        """One state and its quantizers per mode; their tensors are ordinary even under inference_mode,
+        so a later training step can update them in place (TE's training-loop tests rely on this)."""
+        with torch.inference_mode(False):
+            self._build_recipe_states_impl(recipe)
+
+    def _build_recipe_states_impl(self, recipe: Recipe) -> None:
         device = self._recipe_state_device()
         self._recipe_states, self._quantizers = {}, {}
         for mode in MODES:

@@ -32,7 +32,10 @@ _NOMINAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def _alias(tensor: QuantizedTensor, *_: Any, **__: Any) -> QuantizedTensor:
-    return type(tensor).make_like(tensor)
+    """A view of a normal tensor is a normal tensor, even under ``torch.inference_mode`` (as for plain
+    tensors): the wrapper is made outside it, or autograd could not give the view a version counter."""
+    with torch.inference_mode(tensor.is_inference()):
+        return type(tensor).make_like(tensor)
 
 
 def _view(tensor: QuantizedTensor, size: Any) -> torch.Tensor:

@@ -96,9 +96,21 @@ class DelayedScalingRecipeState(RecipeState):
     def __init__(self, recipe: DelayedScaling, **kwargs: Any) -> None:
         super().__init__(recipe, **kwargs)
         n, length = self.num_quantizers, recipe.amax_history_len
-        self.scale = torch.ones(n, dtype=torch.float32, device=self.device)
-        self.amax_history = torch.zeros(length, n, dtype=torch.float32, device=self.device)
+        # Ordinary tensors even when first touched under inference_mode: training
+        # later updates them in place, which an inference tensor forbids.
+        with torch.inference_mode(False):
+            self.scale = torch.ones(n, dtype=torch.float32, device=self.device)
+            self.amax_history = torch.zeros(length, n, dtype=torch.float32, device=self.device)
         self.fmax = recipe.fp8_format.value.max_fwd if self.mode == "forward" else recipe.fp8_format.value.max_bwd
+        register_delayed_state(self, self.mode)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A ``copy.deepcopy`` or unpickled (``torch.load``) copy takes part in the scale updates too.
+
+        Registration lives in a process-global weak set that copying does not
+        see; without this the copy's scales and history would silently freeze.
+        """
+        self.__dict__.update(state)
         register_delayed_state(self, self.mode)
 
     def make_quantizer(self, index: int) -> Quantizer:
@@ -109,7 +121,8 @@ class DelayedScalingRecipeState(RecipeState):
     def resize_history(self, length: int) -> None:
         """Truncate, or zero-pad at the end of dim 0, to ``length`` rows; the op then rebuilds its quantizers."""
         old = self.amax_history
-        new = torch.zeros(length, old.shape[1], dtype=old.dtype, device=old.device)
+        with torch.inference_mode(False):
+            new = torch.zeros(length, old.shape[1], dtype=old.dtype, device=old.device)
         rows = min(length, old.shape[0])
         new[:rows] = old[:rows]
         self.amax_history = new
@@ -121,7 +134,8 @@ class DelayedScalingRecipeState(RecipeState):
         the recipe asks): if ``a0 != 0`` the history becomes
         ``[0, old[2], ..., old[L-1], a0]`` and ``amax = max(old[1:], a0)`` ("max") or
         ``a0`` ("most_recent"); a slot with ``a0 == 0`` was not used and is left
-        alone. ``scale = (fmax * 2^-margin) / amax`` when ``amax`` is finite and
+        alone. "max" skips NaN entries as TE's kernel does (``fmaxf``): a NaN amax
+        costs one step's information, not the scale. ``scale = (fmax * 2^-margin) / amax`` when ``amax`` is finite and
         positive, else unchanged; ``+inf`` becomes FLT_MAX. Callable algorithms take
         TE's unfused path: always roll, ``amax = algo(history)``.
         """
@@ -139,7 +153,7 @@ class DelayedScalingRecipeState(RecipeState):
             rolled[1:-1] = history[2:]
             rolled[-1] = a0
         if recipe.amax_compute_algo == "max":
-            amax = torch.maximum(history[1:].amax(dim=0), a0) if history.shape[0] > 1 else a0
+            amax = _nan_skipping_max(torch.cat([history[1:], a0.unsqueeze(0)]))
         else:
             amax = a0
         new_scale = self._scale_from_amax(amax, self.scale)
@@ -160,7 +174,7 @@ class DelayedScalingRecipeState(RecipeState):
         if callable(recipe.amax_compute_algo):
             amax = recipe.amax_compute_algo(history)
         elif recipe.amax_compute_algo == "max":
-            amax = history.amax(dim=0)
+            amax = _nan_skipping_max(history)
         else:
             amax = history[0]
         if recipe.scaling_factor_compute_algo is not None:
@@ -182,6 +196,12 @@ class DelayedScalingRecipeState(RecipeState):
             self.amax_history = torch.zeros_like(state["amax_history"], device=self.device)
         self.scale.copy_(state["scale"])
         self.amax_history.copy_(state["amax_history"])
+
+
+def _nan_skipping_max(rows: torch.Tensor) -> torch.Tensor:
+    """Column max of ``rows`` (L, n) that skips NaN: TE's kernel folds ``fmaxf`` from 0, so an all-NaN
+    column gives 0 (and the scale stays)."""
+    return torch.fmax(rows, torch.zeros_like(rows[:1])).amax(dim=0)
 
 
 class Float8CurrentScalingRecipeState(RecipeState):

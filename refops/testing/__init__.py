@@ -1,6 +1,7 @@
 """The oracle: helpers for comparing implementations with the reference."""
 
-from .compare import ComparisonReport, compare_backends, compare_modules, recipe_tols
+from .check_quantizer import QuantizerCheckReport, QuantizerMismatch, check_quantizer
+from .compare import ComparisonReport, TierRun, compare_backends, compare_modules, recipe_tols
 from .recipes import RECIPE_NAMES, make_recipe
 from .tensor_report import TensorComparison, compare_tensors, sqnr_db
 from .conformance import LifecycleReport, PropertyResult, Status, check_lifecycle
@@ -8,4 +9,5 @@ from .tolerances import dtype_tols, gemm_tols, quantization_tols
 
 __all__ = ["RECIPE_NAMES", "make_recipe", "dtype_tols", "gemm_tols", "quantization_tols"]
 __all__ += ["check_lifecycle", "LifecycleReport", "PropertyResult", "Status"]
+__all__ += ["check_quantizer", "QuantizerCheckReport", "QuantizerMismatch", "TierRun"]
 __all__ += ["ComparisonReport", "compare_backends", "compare_modules", "recipe_tols", "TensorComparison", "compare_tensors", "sqnr_db"]

@@ -24,10 +24,11 @@ from ..quantization.quantized_tensor import QuantizedTensor
 from ..quantization.recipe_state import DelayedScalingRecipeState
 from ..quantization.state import autocast
 from ..recipe import NVFP4BlockScaling, Recipe
+from . import quantized_operands as operands
 from .tensor_report import TensorComparison, compare_tensors
 from .tolerances import dtype_tols, gemm_tols
 
-__all__ = ["ComparisonReport", "compare_modules", "compare_backends", "recipe_tols"]
+__all__ = ["ComparisonReport", "TierRun", "compare_modules", "compare_backends", "recipe_tols"]
 
 
 def recipe_tols(recipe: Optional[Recipe], dtype: torch.dtype) -> dict[str, float]:
@@ -39,11 +40,34 @@ def recipe_tols(recipe: Optional[Recipe], dtype: torch.dtype) -> dict[str, float
     return dtype_tols(torch.float8_e4m3fn)
 
 
+@dataclasses.dataclass(frozen=True)
+class TierRun:
+    """Whether one tier of the comparison policy ran, on how many tensors, and why (not)."""
+
+    #: "bytes (exact)", "recipe state (exact)", "tolerance" or "SQNR".
+    tier: str
+    ran: bool
+    count: int
+    why: str
+
+    def __str__(self) -> str:
+        return f"{'ran    ' if self.ran else 'NOT RUN'} {self.tier:<21} {self.count:>3} comparisons: {self.why}"
+
+
 @dataclasses.dataclass
 class ComparisonReport:
-    """Every comparison made, in order; ``ok`` when all passed."""
+    """Every comparison made, in order, and which tiers ran; ``ok`` when all passed."""
 
     comparisons: list[TensorComparison]
+    #: One entry per tier: what it compared, or why it did not run (see ``docs/oracle.md``).
+    tiers: list[TierRun] = dataclasses.field(default_factory=list)
+
+    def tier(self, name: str) -> TierRun:
+        """The entry of tier ``name`` ("bytes (exact)", "recipe state (exact)", "tolerance", "SQNR")."""
+        for t in self.tiers:
+            if t.tier == name:
+                return t
+        raise KeyError(f"no tier {name!r}; tiers: {[t.tier for t in self.tiers]}")
 
     @property
     def ok(self) -> bool:
@@ -61,12 +85,17 @@ class ComparisonReport:
 
     def __str__(self) -> str:
         verdict = "all comparisons passed" if self.ok else f"{len(self.failures)} comparison(s) failed"
-        return "\n".join([verdict, *map(str, self.comparisons)])
+        tiers = ["tiers:", *(f"  {t}" for t in self.tiers)] if self.tiers else []
+        return "\n".join([verdict, *tiers, *map(str, self.comparisons)])
 
     def assert_ok(self) -> None:
         """Raise AssertionError listing every failed comparison with its evidence."""
         if not self.ok:
-            raise AssertionError("the candidate differs from the reference:\n" + "\n".join(map(str, self.failures)))
+            skipped = [f"  {t}" for t in self.tiers if not t.ran]
+            raise AssertionError(
+                "the candidate differs from the reference:\n" + "\n".join(map(str, self.failures))
+                + ("\ntiers that did not run:\n" + "\n".join(skipped) if skipped else "")
+            )
 
 
 def _copy_parameters(candidate: torch.nn.Module, reference: torch.nn.Module) -> None:
@@ -168,7 +197,9 @@ def compare_modules(
     if copy_parameters:
         _copy_parameters(candidate, reference)
     y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
-    y_r, grads_r = _run(reference, inputs, grad_output, (reference_context or default_context)())
+    exposes = callable(getattr(candidate, operands.HOOK, None))
+    with operands.recording() as seen:
+        y_r, grads_r = _run(reference, inputs, grad_output, (reference_context or default_context)())
     tols = tolerances if tolerances is not None else recipe_tols(recipe, y_r.dtype)
     floor = sqnr_floor_db if sqnr_floor_db is not None else (20.0 if recipe is not None else 40.0)
 
@@ -186,12 +217,55 @@ def compare_modules(
         results.append(_compare_optional(f"{name}.grad", p.grad, q.grad, check))
         if isinstance(p, QuantizedTensor) and isinstance(q, QuantizedTensor):
             results.extend(_compare_quantized(name, p, q))
+    quantized_operands = operands.reference_operands(reference, seen)
+    if exposes:
+        results.extend(operands.compare_operands(getattr(candidate, operands.HOOK)(), quantized_operands))
     states_c, states_r = _recipe_states(candidate), _recipe_states(reference)
     for key in sorted(set(states_c) & set(states_r)):
         for field in ("scale", "amax_history"):
             a, b = getattr(states_c[key], field), getattr(states_r[key], field)
             results.append(compare_tensors(f"{key}.{field}", a, b, tier="exact"))
-    return ComparisonReport(results)
+    tiers = _tiers(results, candidate, recipe, check, floor, exposes, sorted(quantized_operands), states_c, states_r)
+    return ComparisonReport(results, tiers)
+
+
+def _tiers(results, candidate, recipe, check, floor, exposes, reference_operands, states_c, states_r) -> list[TierRun]:
+    """What each tier compared, or why it did not run: the limits of a passing report, stated."""
+    exact = [c for c in results if c.tier == "exact"]
+    state = [c for c in exact if c.name.endswith((".scale", ".amax_history"))]
+    byte_checks = [c for c in exact if c not in state and "(None on one side)" not in c.name]
+    quantized_params = [n for n, p in candidate.named_parameters() if isinstance(p, QuantizedTensor)]
+    if byte_checks:
+        sources = (["quantized parameters"] if quantized_params else []) + (["the exposed operands"] if exposes else [])
+        bytes_why = f"bit-exact data and scales of {' and '.join(sources) or 'quantized tensors'}"
+    elif recipe is None:
+        bytes_why = "no recipe: nothing is quantized"
+    else:
+        made = ", ".join(reference_operands) or "none"
+        bytes_why = (
+            "the candidate holds no QuantizedTensor parameters and exposes no quantized operands "
+            f"(define {operands.HOOK}(); the reference quantized: {made}), so no quantized byte was compared "
+            "and a quantization bug within the tolerance passes: check the candidate's quantizer with "
+            "refops.testing.check_quantizer"
+        )
+    if state:
+        state_why = "delayed-scaling scale and amax history of both sides"
+    elif not states_r:
+        state_why = "the recipe keeps no delayed-scaling state" if recipe is not None else "no recipe"
+    else:
+        state_why = "the candidate has no refops delayed-scaling state to compare"
+    tolerance = [c for c in results if c.tier == "tolerance"]
+    if check["tier"] == "tolerance":
+        tol_why = f"outputs and grads element-wise, rtol={check['rtol']:g}, atol={check['atol']:g}"
+    else:
+        tol_why = f"tier='sqnr' was asked: outputs and grads are held to SQNR >= {floor:g} dB instead"
+    sqnr = [c for c in results if c.tier == "sqnr"]
+    return [
+        TierRun("bytes (exact)", bool(byte_checks), len(byte_checks), bytes_why),
+        TierRun("recipe state (exact)", bool(state), len(state), state_why),
+        TierRun("tolerance", bool(tolerance), len(tolerance), tol_why),
+        TierRun("SQNR", bool(sqnr), len(sqnr), f"whole-tensor floor {floor:g} dB"),
+    ]
 
 
 def _compare_optional(name, a, b, check) -> TensorComparison:

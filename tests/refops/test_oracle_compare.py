@@ -94,3 +94,80 @@ def test_tensor_tiers():
     assert not shape.passed and "shape" in shape.criterion
     with pytest.raises(ValueError, match="unknown tier"):
         compare_tensors("t", a, a, tier="approximately")
+
+
+_TIE_AMAX, _TIE_VALUE = 8.076315879821777, 0.01915420964360237  # docs/recipes/current-scaling.md's tie
+
+
+def _quantize_dividing(t):
+    """The issue's bug: ``t / (amax / 448)`` instead of ``t * (448 / amax)``."""
+    scale_inv = (t.abs().amax().float() / 448.0).reshape(1)
+    return (t.float() / scale_inv).clamp(-448, 448).to(torch.float8_e4m3fn), scale_inv
+
+
+class _DividingFp8Linear(torch.nn.Module):
+    """A plain-torch FP8 current-scaling linear with the division bug; returns plain tensors."""
+
+    def __init__(self, in_features, out_features):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(out_features, in_features) * 0.1)
+        self.bias = torch.nn.Parameter(torch.zeros(out_features))
+        self.operands = {}
+
+    def forward(self, x):
+        (xd, xs), (wd, ws) = _quantize_dividing(x), _quantize_dividing(self.weight)
+        self.operands = {"input": (xd, xs), "weight": (wd, ws)}
+        xq = x + (xd.float() * xs - x).detach()  # straight-through: grads in high precision
+        wq = self.weight + (wd.float() * ws - self.weight).detach()
+        return xq @ wq.t() + self.bias
+
+
+class _ExposingDividingFp8Linear(_DividingFp8Linear):
+    def refops_quantized_operands(self):
+        return self.operands
+
+
+def _tie_input():
+    x = torch.randn(16, 64)
+    x[0, 0], x[0, 1] = _TIE_AMAX, _TIE_VALUE  # the amax, and a value whose scaled product is a tie
+    return x
+
+
+def test_the_report_says_the_bytes_tier_did_not_run_for_a_plain_tensor_candidate_and_why():
+    recipe = te.recipe.Float8CurrentScaling()
+    report = compare_modules(_DividingFp8Linear(64, 32), te.ops.Linear(64, 32), (_tie_input(),), recipe=recipe,
+                             grad_output=torch.ones(16, 32))
+    assert report.ok  # the bug is within the GEMM tolerance: the tolerance tiers cannot see it...
+    bytes_tier = report.tier("bytes (exact)")
+    assert not bytes_tier.ran and bytes_tier.count == 0  # ...and the report says no byte was compared
+    assert "refops_quantized_operands()" in bytes_tier.why and "check_quantizer" in bytes_tier.why
+    assert "the reference quantized: grad_output, input, weight" in bytes_tier.why
+    assert report.tier("tolerance").ran and report.tier("SQNR").ran and not report.tier("recipe state (exact)").ran
+    assert "NOT RUN bytes (exact)" in str(report)
+
+
+def test_exposed_quantized_operands_are_compared_exactly_and_the_division_bug_is_caught():
+    recipe = te.recipe.Float8CurrentScaling()
+    report = compare_modules(_ExposingDividingFp8Linear(64, 32), te.ops.Linear(64, 32), (_tie_input(),),
+                             recipe=recipe, grad_output=torch.ones(16, 32))
+    assert not report.ok
+    assert report.tier("bytes (exact)").ran and report.tier("bytes (exact)").count == 4
+    assert [c.name for c in report.failures] == ["operand input[rowwise data]"]
+    assert report["operand input[rowwise data]"].first_mismatches == ((0, 1),)  # the tie, one byte off
+    assert report["operand weight[rowwise data]"].passed and report["operand input[rowwise scale_inv]"].passed
+
+
+def test_tiers_of_a_passing_quantized_comparison():
+    recipe = make_recipe("mxfp8")
+
+    def build():
+        torch.manual_seed(0)
+        with te.quantized_model_init(recipe=recipe):
+            return te.ops.Linear(64, 64, dtype=torch.bfloat16)
+
+    x = torch.randn(32, 64, dtype=torch.bfloat16)
+    report = compare_modules(build(), build(), (x,), recipe=recipe)
+    report.assert_ok()
+    assert report.tier("bytes (exact)").ran and "quantized parameters" in report.tier("bytes (exact)").why
+    plain = compare_modules(_torch_mlp("cpu"), _refops_mlp("cpu"), (torch.randn(4, 64),))
+    assert plain.tier("bytes (exact)").why == "no recipe: nothing is quantized"

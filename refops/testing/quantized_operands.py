@@ -1,0 +1,114 @@
+"""The quantized operands of a forward: recorded from the reference, exposed by a candidate, compared byte for byte.
+
+A candidate that returns plain tensors hides its quantization: a wrong byte that
+stays within the GEMM tolerance passes :func:`~refops.testing.compare_modules`.
+The protocol that lets the oracle see it: the candidate module defines
+
+.. code-block:: python
+
+    def refops_quantized_operands(self) -> dict[str, Any]:
+        return {"input": (x_data, x_scale_inv), "weight": (w_data, w_scale_inv)}
+
+returning the operands its last forward fed to its GEMMs, each a refops
+``QuantizedTensor`` or ``(data, scale_inv)`` in the row-wise layout. Names are
+``"<prefix>.<role>"``: the prefix is the owning module's parameter prefix (the
+``"1"`` of ``"1.weight"``; empty for a single op), the role is ``input``,
+``weight`` or ``grad_output``. The reference's operands are recorded by
+watching every quantizer call during its forward (:func:`recording`) and named
+from the quantizers' roles (:func:`reference_operands`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Iterator
+
+import torch
+
+from ..quantization.quantized_tensor import QuantizedTensor
+from ..quantization.quantizer import Quantizer
+from . import quantizer_layout as layout
+from .tensor_report import TensorComparison, compare_tensors
+
+__all__ = ["HOOK", "recording", "reference_operands", "compare_operands"]
+
+#: The method a candidate module defines to expose its quantized operands.
+HOOK = "refops_quantized_operands"
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[dict[int, QuantizedTensor]]:
+    """Within the block, ``{id(quantizer): its last output}`` for every quantizer call."""
+    seen: dict[int, QuantizedTensor] = {}
+    original = Quantizer.quantize
+
+    def quantize(self, tensor, *, out=None):
+        result = original(self, tensor, out=out)
+        seen[id(self)] = result
+        return result
+
+    Quantizer.quantize = quantize
+    try:
+        yield seen
+    finally:
+        Quantizer.quantize = original
+
+
+def reference_operands(module: torch.nn.Module, seen: dict[int, QuantizedTensor]) -> dict[str, QuantizedTensor]:
+    """The recorded outputs of ``module``'s quantizers, named ``"<parameter prefix>.<role>"``."""
+    first_name = {}
+    for name, p in module.named_parameters():
+        first_name.setdefault(id(p), name)
+    operands = {}
+    for path, sub in module.named_modules():
+        quantizers = getattr(sub, "_quantizers", None) or {}
+        weight = getattr(sub, "weight", None)
+        prefix = first_name[id(weight)].rpartition(".")[0] if id(weight) in first_name else path
+        for mode, slots in quantizers.items():
+            roles = sub.get_quantizer_roles(mode) if hasattr(sub, "get_quantizer_roles") else None
+            for index, quantizer in enumerate(slots):
+                if id(quantizer) not in seen:
+                    continue
+                role = roles[index].tensor_type if roles and roles[index].tensor_type else f"{mode}{index}"
+                operands[f"{prefix}.{role}" if prefix else role] = seen[id(quantizer)]
+    return operands
+
+
+def compare_operands(candidate: dict[str, Any], reference: dict[str, QuantizedTensor]) -> list[TensorComparison]:
+    """Every operand the candidate exposes against the reference's of the same name, bit for bit."""
+    out = []
+    for name in sorted(candidate):
+        label = f"operand {name}"
+        if name not in reference:
+            known = ", ".join(sorted(reference)) or "none"
+            out.append(_missing(f"{label} (the reference quantized no such operand; it has: {known})"))
+            continue
+        ref = reference[name]
+        given = candidate[name]
+        for usage in ("rowwise", "columnwise"):
+            if not ref.has_usage(usage):
+                continue
+            expected = layout.usage_fields(ref, usage)
+            if isinstance(given, QuantizedTensor):
+                if not given.has_usage(usage):
+                    continue
+                got = layout.usage_fields(given, usage)
+            elif usage == "rowwise":
+                data, scale_inv = given[0], given[1]
+                got = {"data": data, "scale_inv": layout.valid_scale(ref, usage, torch.as_tensor(scale_inv))}
+            else:
+                continue  # a (data, scale_inv) pair is the row-wise operand only
+            for field in ("data", "scale_inv"):
+                a, e = got[field].detach().cpu(), expected[field].detach().cpu()
+                if a.element_size() == 1:
+                    a = a.view(torch.uint8)
+                if e.element_size() == 1:
+                    e = e.view(torch.uint8)
+                out.append(compare_tensors(f"{label}[{usage} {field}]", a.reshape(e.shape) if a.numel() == e.numel()
+                                           else a, e, tier="exact"))
+    return out
+
+
+def _missing(name: str) -> TensorComparison:
+    present = torch.zeros(1)
+    return compare_tensors(name, present, present + 1, tier="exact")

@@ -1,0 +1,203 @@
+"""refops.testing.check_quantizer: a candidate quantizer against the reference on adversarial inputs, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import refops as te
+from refops.quantization import (
+    DType,
+    Float8BlockQuantizer,
+    Float8CurrentScalingQuantizer,
+    MXFP8Quantizer,
+    NVFP4Quantizer,
+)
+from refops.testing import RECIPE_NAMES, check_quantizer, make_recipe
+from refops.testing.quantizer_cases import CASES
+
+FLT_MAX = torch.finfo(torch.float32).max
+
+
+def _amax(x: torch.Tensor) -> torch.Tensor:
+    a = x.float().abs()
+    return torch.where(torch.isnan(a), torch.zeros_like(a), a).amax().reshape(1)
+
+
+def fp8_cs_dividing(x):
+    """The bug of the issue: ``x / (amax / 448)`` instead of ``x * (448 / amax)``, dequantized."""
+    scale_inv = _amax(x) / 448.0
+    data = (x.float() / scale_inv).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return (data.float() * scale_inv).to(x.dtype)
+
+
+def fp8_cs_multiplying(x, quantizer):
+    """A correct plain-torch current-scaling quantizer: TE's order and edge cases, both orientations."""
+    amax = _amax(x)
+    scale = torch.tensor([448.0]) / amax
+    scale = torch.where((amax == 0) | torch.isinf(amax), torch.ones_like(scale), scale)
+    scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX), scale)
+    data = (x.float() * scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    if quantizer.columnwise_usage:
+        data = data.reshape(-1, x.shape[-1]).t().contiguous()
+    return data, torch.reciprocal(scale)
+
+
+def test_the_division_instead_of_multiplication_bug_is_caught_with_evidence():
+    report = check_quantizer(fp8_cs_dividing, te.recipe.Float8CurrentScaling())
+    assert not report.ok
+    ties = report["ties", "float32", "rowwise"]
+    assert ties.status == "differs" and ties.code_mismatches > 100  # the constructed ties expose it
+    assert report["normal", "float32", "rowwise"].status == "ok"  # random values alone would not
+    text = str(report)
+    assert "FAILED" in text and "first mismatches:" in text and "ties/float32/rowwise at [" in text
+    assert "(code 0x" in text  # expected value, with the reference's code and scale
+    assert "a code and a scale that disagree" in text  # the dequantized tier's limit, stated
+    with pytest.raises(AssertionError, match="ties"):
+        report.assert_ok()
+
+
+def test_the_first_mismatch_names_input_expected_and_got_codes_and_scales():
+    def dividing(x, quantizer):
+        scale_inv = _amax(x) / 448.0
+        data = (x.float() / scale_inv).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return {"data": data if quantizer.rowwise_usage else data.t().contiguous(), "scale_inv": scale_inv}
+
+    report = check_quantizer(dividing, Float8CurrentScalingQuantizer(DType.kFloat8E4M3), cases=["ties"],
+                             dtypes=[torch.float32])
+    assert report.output == "data_and_scale_inv (inferred from the first result)"
+    assert [r.status for r in report.runs] == ["differs", "differs"]
+    first = report.mismatches[0]
+    assert first.case == "ties" and first.dtype == "float32" and first.usage == "rowwise"
+    assert first.expected_code != first.got_code  # a code that differs is listed before a scale that differs
+    assert first.expected_code.startswith("0x") and "scale" not in first.expected_code
+    assert first.expected_scale != "-" and first.got_scale != "-"
+
+
+def test_a_correct_plain_torch_candidate_passes_every_case_in_both_orientations():
+    report = check_quantizer(fp8_cs_multiplying, te.recipe.Float8CurrentScaling())
+    report.assert_ok()
+    statuses = {(r.case, r.dtype, r.usage): r.status for r in report.runs}
+    assert len(statuses) == sum(len(c.dtypes or (1, 2, 3)) for c in CASES) * 2
+    assert set(statuses.values()) == {"ok"}
+    assert report["ties", "bfloat16", "columnwise"].elements == 64 * 128
+
+
+@pytest.mark.parametrize("recipe_name", RECIPE_NAMES)
+@pytest.mark.parametrize("role", ["input", "weight"])
+def test_the_reference_quantizer_passes_for_every_recipe(recipe_name, role):
+    report = check_quantizer(lambda x, quantizer: quantizer(x), make_recipe(recipe_name), role=role)
+    report.assert_ok()
+    assert report.output.startswith("quantized_tensor")
+    compared = [r for r in report.runs if r.status == "ok"]
+    assert len(compared) >= 100 and sum(r.elements for r in compared) > 500_000
+
+
+@pytest.mark.parametrize(
+    "quantizer",
+    [
+        Float8CurrentScalingQuantizer(DType.kFloat8E5M2, force_pow_2_scales=True),
+        MXFP8Quantizer(DType.kFloat8E4M3, with_2d_quantization=True),
+        Float8BlockQuantizer(DType.kFloat8E4M3, rowwise=True, columnwise=True, block_scaling_dim=1,
+                             force_pow_2_scales=False),
+        NVFP4Quantizer(with_rht=True, with_2d_quantization=False),
+        NVFP4Quantizer(with_2d_quantization=True),
+        NVFP4Quantizer(row_scaled_nvfp4=True),
+    ],
+    ids=["cs-e5m2-pow2", "mxfp8-2d", "block-1d-fp32-scales", "nvfp4-rht", "nvfp4-2d", "nvfp4-row-scaled"],
+)
+def test_quantizer_options_are_checked_as_given(quantizer):
+    report = check_quantizer(lambda x, q: q(x), quantizer, cases=["normal", "ties", "zero_blocks", "inf", "ragged"])
+    report.assert_ok()
+    assert type(quantizer).__name__ in report.reference
+
+
+def test_the_three_output_conventions_compare_the_same_quantization():
+    quantizer = MXFP8Quantizer(DType.kFloat8E4M3)
+
+    def as_tuple(x, q):
+        t = q(x)
+        usage = "rowwise" if q.rowwise_usage else "columnwise"
+        return getattr(t, f"_{usage}_data").view(torch.float8_e4m3fn), getattr(t, f"_{usage}_scale_inv")
+
+    def dequantized(x, q):
+        return q(x).dequantize(usage="rowwise" if q.rowwise_usage else "columnwise")
+
+    for candidate, output in ((lambda x, q: q(x), "quantized_tensor"), (as_tuple, "data_and_scale_inv"),
+                              (dequantized, "dequantized")):
+        report = check_quantizer(candidate, quantizer, output=output, cases=["normal", "nan"])
+        report.assert_ok()
+        assert report.output == output
+    # A wrong scale byte whose block is all zero dequantizes equal: only the byte tiers can see it.
+    def zero_block_scale_off(x, q):
+        data, scale = as_tuple(x, q)
+        scale = scale.clone()
+        scale[(x.reshape(-1, x.shape[-1]).abs().amax(dim=1) == 0).nonzero()[:1, 0], 0] += 1
+        return data, scale
+
+    caught = check_quantizer(zero_block_scale_off, quantizer, cases=["zero_blocks"], dtypes=[torch.float32])
+    assert not caught.ok and caught.failures[0].scale_mismatches == 1 and caught.failures[0].code_mismatches == 0
+
+
+def test_inputs_the_reference_rejects_are_recorded_not_compared():
+    report = check_quantizer(lambda x, q: q(x), make_recipe("mxfp8"), cases=["ragged"], dtypes=[torch.bfloat16])
+    assert report.ok
+    run = report["ragged", "bfloat16", "rowwise"]
+    assert run.status == "both reject" and "reference: ValueError" in run.detail
+    assert any("the reference rejects some inputs of ragged" in note for note in report.notes)
+
+    def accepts_anything(x, q):
+        return x.to(torch.float8_e4m3fn), torch.ones(1)
+
+    lenient = check_quantizer(accepts_anything, make_recipe("mxfp8"), cases=["ragged"], dtypes=[torch.bfloat16])
+    assert lenient["ragged", "bfloat16", "rowwise"].status == "reference rejects"
+
+
+def test_a_candidate_that_raises_where_the_reference_does_not_fails():
+    def fails_on_nan(x, q):
+        if torch.isnan(x).any():
+            raise RuntimeError("NaN input")
+        return q(x)
+
+    report = check_quantizer(fails_on_nan, make_recipe("fp8_current_scaling"), cases=["normal", "nan"])
+    assert not report.ok
+    assert report["nan", "float16", "columnwise"].status == "candidate raised"
+    assert "RuntimeError: NaN input" in report["nan", "float16", "columnwise"].detail
+
+
+def test_delayed_scaling_gives_the_candidate_its_scale_and_a_one_argument_candidate_is_refused():
+    def delayed(x, quantizer):
+        s = quantizer.scale
+        data = (x.float() * s).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return data if quantizer.rowwise_usage else data.t().contiguous(), torch.reciprocal(s)
+
+    report = check_quantizer(delayed, make_recipe("fp8_delayed_scaling"), cases=["normal", "at_and_past_max"])
+    report.assert_ok()
+    with pytest.raises(TypeError, match="quantizer.scale"):
+        check_quantizer(lambda x: x, make_recipe("fp8_delayed_scaling"))
+
+
+def test_a_one_argument_candidate_is_checked_rowwise_and_the_report_says_so():
+    report = check_quantizer(lambda x: Float8CurrentScalingQuantizer(DType.kFloat8E4M3)(x).dequantize(),
+                             te.recipe.Float8CurrentScaling(), cases=["normal"])
+    report.assert_ok()
+    assert report["normal", "float32", "columnwise"].status == "skipped"
+    assert any("column-wise not checked" in note for note in report.notes)
+
+
+def test_bad_arguments_are_refused_with_the_reason():
+    with pytest.raises(ValueError, match="stochastic rounding"):
+        check_quantizer(lambda x, q: q(x), te.recipe.NVFP4BlockScaling(), role="grad_output")
+    with pytest.raises(ValueError, match="output must be one of"):
+        check_quantizer(lambda x: x, te.recipe.Float8CurrentScaling(), output="bytes")
+    with pytest.raises(ValueError, match="unknown cases"):
+        check_quantizer(lambda x: x, te.recipe.Float8CurrentScaling(), cases=["nope"])
+    with pytest.raises(TypeError, match="Quantizer or Recipe"):
+        check_quantizer(lambda x: x, "fp8")
+
+
+def test_the_matrix_is_deterministic():
+    first = check_quantizer(fp8_cs_dividing, te.recipe.Float8CurrentScaling(), cases=["ties", "heavy_tails"])
+    torch.manual_seed(99)
+    second = check_quantizer(fp8_cs_dividing, te.recipe.Float8CurrentScaling(), cases=["ties", "heavy_tails"])
+    assert first.runs == second.runs and first.mismatches == second.mismatches

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import multiprocessing
 import os
+import pickle
 import time
 import traceback
 from typing import Any, Callable, Optional
@@ -48,9 +49,13 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, backend: str,
     except BaseException:  # noqa: BLE001 - every failure goes back to the parent
         status = ("error", traceback.format_exc())
     try:
-        conn.send(status)
+        # Plain pickle: torch's multiprocessing pickler would share tensor storage through
+        # the child's file descriptors, which are gone once the child exits.
+        conn.send_bytes(pickle.dumps(status))
     except Exception:  # an unpicklable result is a failure of the caller's function
-        conn.send(("error", f"rank {rank}: the result could not be sent back:\n{traceback.format_exc()}"))
+        conn.send_bytes(pickle.dumps(
+            ("error", f"rank {rank}: the result could not be sent back:\n{traceback.format_exc()}")
+        ))
     conn.close()
 
 
@@ -90,7 +95,7 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, backen
         remaining = max(0.0, deadline - time.monotonic())
         if conn.poll(remaining):
             try:
-                kind, payload = conn.recv()
+                kind, payload = pickle.loads(conn.recv_bytes())
             except EOFError:
                 kind, payload = "error", "the process exited without reporting"
         else:

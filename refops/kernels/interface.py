@@ -225,6 +225,8 @@ class KernelBackend:
         e4m3_max_4over6: float = 256.0,
         err_mode: str = "MAE",
         row_scaled: bool = False,
+        amax_rowwise: torch.Tensor | None = None,
+        amax_columnwise: torch.Tensor | None = None,
     ) -> tuple[Any, ...]:
         """NVFP4 (numerics §2.5) of 2-D ``x`` ``(M, K)``: ``reference.quant_nvfp4.nvfp4_quantize``.
 
@@ -233,8 +235,22 @@ class KernelBackend:
         ``(K, M/2)`` (transposed, RHT applied when ``with_rht``), padded E4M3 scale
         bytes, fp32 amax ``(1,)`` (per data row if ``row_scaled``). Stochastic
         rounding consumes the given random bytes (one uint8 per element of
-        ``(M, K)`` / ``(K, M)``), so every byte is reproducible.
+        ``(M, K)`` / ``(K, M)``), so every byte is reproducible. ``amax_rowwise`` /
+        ``amax_columnwise`` replace the computed global amaxes (amax reduction).
         """
+        raise NotImplementedError
+
+    def nvfp4_amax(
+        self,
+        x: torch.Tensor,
+        *,
+        rowwise: bool,
+        columnwise: bool,
+        with_rht: bool = False,
+        with_random_sign_mask: bool = True,
+        row_scaled: bool = False,
+    ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """The global amaxes ``quantize_nvfp4`` would compute, ``(rowwise, columnwise)`` (column-wise after the RHT)."""
         raise NotImplementedError
 
     def dequantize_nvfp4(

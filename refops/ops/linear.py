@@ -8,8 +8,11 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from .. import trace
+from .basic.all_reduce import AllReduce
 from .basic.basic_linear import BasicLinear
+from .basic.basic_linear_tp import canonicalize_tensor_parallelism
 from .basic.bias import Bias
+from .basic.reduce_scatter import ReduceScatter
 from .op import FusedOperation
 
 __all__ = ["Linear"]
@@ -33,8 +36,12 @@ class Linear(FusedOperation):
         bias: add a learnable bias (zeros at init).
         device: where parameters live; ``"meta"`` defers allocation to the first forward.
         dtype: parameter dtype (fp32, fp16 or bf16; default: torch's default dtype).
-        tensor_parallel_mode, tensor_parallel_group, sequence_parallel: distributed
-            options; only ``None``/``False`` (single process) is implemented.
+        tensor_parallel_mode, tensor_parallel_group, sequence_parallel: tensor
+            parallelism, composed as in TE: "column" is ``BasicLinear`` (column TP)
+            + ``Bias(out / W)``; "row" is ``BasicLinear(in / W, out)`` + a per-rank
+            ``Bias(out)`` added *before* the reduction (the effective bias is the
+            sum of the ranks' biases) + ``ReduceScatter`` (sequence parallel) or
+            ``AllReduce``. ``weight`` and ``bias`` are this rank's shards.
         rng_state_tracker_function: returns an object whose ``fork()`` context is used
             while drawing the weight's initial values.
         accumulate_into_main_grad: accumulate wgrad into ``weight.main_grad``.
@@ -54,21 +61,37 @@ class Linear(FusedOperation):
         rng_state_tracker_function: Optional[Callable[[], Any]] = None,
         accumulate_into_main_grad: bool = False,
     ) -> None:
+        tp = canonicalize_tensor_parallelism(
+            "Linear", mode=tensor_parallel_mode, group=tensor_parallel_group, sequence_parallel=sequence_parallel,
+            in_features=in_features, out_features=out_features,
+        )
+        linear_tp: dict[str, Any] = dict(
+            tensor_parallel_mode=tp.mode, tensor_parallel_group=tp.group, sequence_parallel=tp.sequence_parallel
+        )
+        bias_size, reduction = out_features, []
+        if tp.mode == "row":
+            # The linear computes this rank's partial product; the reduction after the bias sums them.
+            linear_tp = {}
+            bias_size = out_features * tp.size
+            reduction = [ReduceScatter(tp.group) if tp.sequence_parallel else AllReduce(tp.group)]
         linear = BasicLinear(
-            in_features,
+            tp.local_in_features if tp.mode == "row" else in_features,
             out_features,
             device=device,
             dtype=dtype,
-            tensor_parallel_mode=tensor_parallel_mode,
-            tensor_parallel_group=tensor_parallel_group,
-            sequence_parallel=sequence_parallel,
             rng_state_tracker_function=rng_state_tracker_function,
             accumulate_into_main_grad=accumulate_into_main_grad,
+            **linear_tp,
         )
         ops = [linear]
         if bias:
-            ops.append(Bias(out_features, device=device, dtype=dtype))
-        super().__init__(ops)
+            ops.append(Bias(bias_size, device=device, dtype=dtype, tensor_parallel=tp.mode is not None,
+                            tensor_parallel_group=tp.group))
+        super().__init__(ops + reduction)
+        self.tensor_parallel_mode = tp.mode
+        self.tensor_parallel_group = tp.group
+        self.tensor_parallel_size = tp.size
+        self.sequence_parallel = tp.sequence_parallel
         self.in_features = in_features
         self.out_features = out_features
         self._linear_idx = 0

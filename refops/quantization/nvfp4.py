@@ -111,6 +111,13 @@ class NVFP4Quantizer(Quantizer):
     tiles; ``stochastic_rounding``: SR from torch's generator; ``row_scaled_nvfp4``:
     one amax per row; ``nvfp4_use_4over6`` with ``nvfp4_e4m3_max`` (256 or 448) and
     ``nvfp4_4over6_err_mode`` ("MAE"/"MSE").
+
+    ``with_amax_reduction``: each global amax (column-wise: after the RHT) is
+    all-reduced with MAX over ``amax_reduction_group`` before the scales are
+    computed, so shards of one tensor quantized on different ranks share their
+    global scale and can be all-gathered (TE's two-pass quantization). With
+    ``row_scaled_nvfp4`` only the column-wise amaxes (one per column of ``x``,
+    spanning the ranks' rows) are reduced; the row-wise ones belong to local rows.
     """
 
     tensor_class = NVFP4Tensor
@@ -135,10 +142,8 @@ class NVFP4Quantizer(Quantizer):
         super().__init__(rowwise=rowwise, columnwise=columnwise)
         if fp4_dtype != DType.kFloat4E2M1:
             raise ValueError(f"NVFP4Quantizer: fp4_dtype must be DType.kFloat4E2M1, got {fp4_dtype!r}")
-        if with_amax_reduction:
-            raise NotImplementedError("NVFP4Quantizer: amax reduction is not implemented in refops")
         self.dtype = DType.kFloat4E2M1
-        self.with_amax_reduction = False
+        self.with_amax_reduction = bool(with_amax_reduction)
         self.amax_reduction_group = amax_reduction_group
         self.with_rht = bool(with_rht)
         self.with_post_rht_amax = bool(with_post_rht_amax)
@@ -186,6 +191,7 @@ class NVFP4Quantizer(Quantizer):
             e4m3_max_4over6=float(self.nvfp4_e4m3_max),
             err_mode=self.nvfp4_4over6_err_mode,
             row_scaled=self.row_scaled_nvfp4,
+            **self._reduced_amaxes(x2d, rowwise=rowwise, columnwise=columnwise),
         )
         if row_data is not None:
             row_data = row_data.reshape(*tensor.shape[:-1], k // 2)
@@ -198,6 +204,31 @@ class NVFP4Quantizer(Quantizer):
             "amax_columnwise": col_amax,
             **self._tensor_meta(),
         }
+
+    def _reduced_amaxes(self, x2d: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, torch.Tensor]:
+        """Keyword arguments with the group's global amaxes; empty without amax reduction.
+
+        Invariant: every rank of ``amax_reduction_group`` quantizes with the same
+        global amax per orientation (the MAX of the ranks' own), so quantizing each
+        shard equals quantizing the gathered tensor.
+        """
+        dist = torch.distributed
+        if not (self.with_amax_reduction and dist.is_available() and dist.is_initialized()):
+            return {}
+        if dist.get_world_size(self.amax_reduction_group) == 1:
+            return {}
+        row, col = current_backend().nvfp4_amax(
+            x2d, rowwise=rowwise, columnwise=columnwise, with_rht=self.with_rht,
+            with_random_sign_mask=self.with_random_sign_mask, row_scaled=self.row_scaled_nvfp4,
+        )
+        out = {}
+        if row is not None and not self.row_scaled_nvfp4:
+            dist.all_reduce(row, op=dist.ReduceOp.MAX, group=self.amax_reduction_group)
+            out["amax_rowwise"] = row
+        if col is not None:
+            dist.all_reduce(col, op=dist.ReduceOp.MAX, group=self.amax_reduction_group)
+            out["amax_columnwise"] = col
+        return out
 
     def _tensor_meta(self) -> dict[str, Any]:
         return {

@@ -107,3 +107,19 @@ def test_linear_without_bias_refuses_a_bias(device):
     with pytest.raises(ValueError, match="does not have bias enabled"):
         op.bias = torch.nn.Parameter(torch.zeros(3, device=device))
     assert op.bias is None
+
+
+def test_tensor_parallelism_without_a_process_group_is_the_single_process_op():
+    """TE's canonicalization: a TP group of one rank (here: no process group) turns TP and SP off."""
+    linear = te.ops.Linear(8, 6, tensor_parallel_mode="column", sequence_parallel=True, device="cpu")
+    assert linear.tensor_parallel_mode is None and not linear.sequence_parallel
+    assert linear.weight.shape == (6, 8) and linear.bias.shape == (6,)
+    assert [type(op).__name__ for op in linear.basic_ops] == ["BasicLinear", "Bias"]
+    assert Bias(6, tensor_parallel=True, device="cpu").local_size == 6
+
+
+def test_unknown_tensor_parallel_mode_and_userbuffers_are_refused():
+    with pytest.raises(ValueError, match="BasicLinear: tensor_parallel_mode must be None, 'column' or 'row'"):
+        BasicLinear(4, 4, tensor_parallel_mode="diagonal", device="cpu")
+    with pytest.raises(NotImplementedError, match="BasicLinear: userbuffers communication overlap is not implemented"):
+        BasicLinear(4, 4, userbuffers_options={"comm_name": "qkv"}, device="cpu")

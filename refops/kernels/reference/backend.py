@@ -117,6 +117,8 @@ class ReferenceKernels(KernelBackend):
         e4m3_max_4over6=256.0,
         err_mode="MAE",
         row_scaled=False,
+        amax_rowwise=None,
+        amax_columnwise=None,
     ):
         r = quant_nvfp4.nvfp4_quantize(
             x,
@@ -132,9 +134,15 @@ class ReferenceKernels(KernelBackend):
             e4m3_max_4over6=e4m3_max_4over6,
             err_mode=err_mode,
             row_scaled=row_scaled,
+            amax_rowwise=amax_rowwise,
+            amax_columnwise=amax_columnwise,
         )
         return (r.rowwise_data, r.rowwise_scale, r.rowwise_amax, r.columnwise_data, r.columnwise_scale,
                 r.columnwise_amax)
+
+    def nvfp4_amax(self, x, *, rowwise, columnwise, with_rht=False, with_random_sign_mask=True, row_scaled=False):
+        return quant_nvfp4.nvfp4_amax(x, rowwise=rowwise, columnwise=columnwise, with_rht=with_rht,
+                                      random_sign_mask=with_random_sign_mask, row_scaled=row_scaled)
 
     def dequantize_nvfp4(self, data, scale_inv, amax, *, shape, columnwise, e4m3_max, out_dtype):
         return quant_nvfp4.nvfp4_dequantize(

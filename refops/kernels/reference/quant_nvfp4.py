@@ -253,6 +253,29 @@ def validate_options(x2d: torch.Tensor, o: dict) -> None:
                 raise ValueError(f"nvfp4_quantize: row-scaled NVFP4 cannot be combined with {what}")
 
 
+def _given_amax(amax: torch.Tensor) -> torch.Tensor:
+    return amax.detach().to(torch.float32).reshape(-1)
+
+
+def nvfp4_amax(
+    x2d: torch.Tensor, *, rowwise: bool, columnwise: bool, with_rht: bool = False, random_sign_mask: bool = True,
+    row_scaled: bool = False,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The ``A`` that :func:`nvfp4_quantize` would compute per orientation: ``(rowwise, columnwise)``.
+
+    Column-wise it is taken on ``xᵀ`` after the RHT when ``with_rht``; per data row
+    with ``row_scaled``; None for an orientation not asked for.
+    """
+    row = _global_amax(x2d.to(torch.float32), per_row=row_scaled) if rowwise else None
+    col = None
+    if columnwise:
+        source_t = x2d.t().contiguous()
+        if with_rht:
+            source_t = hadamard_transform_16(source_t, random_sign_mask=random_sign_mask)
+        col = _global_amax(source_t.to(torch.float32), per_row=row_scaled)
+    return row, col
+
+
 def nvfp4_quantize(
     x2d: torch.Tensor,
     *,
@@ -268,6 +291,8 @@ def nvfp4_quantize(
     e4m3_max_4over6: float = 256.0,
     err_mode: str = "MAE",
     row_scaled: bool = False,
+    amax_rowwise: torch.Tensor | None = None,
+    amax_columnwise: torch.Tensor | None = None,
 ) -> NVFP4QuantizeResult:
     """Quantize a 2D ``(M, K)`` fp32/fp16/bf16 tensor to NVFP4 (rowwise and/or columnwise).
 
@@ -296,6 +321,10 @@ def nvfp4_quantize(
     Map-to-4 is chosen iff ``err4 < err6``; ties go to map-to-6. With 2D the
     columnwise choice is made on the transposed tile, so it can differ from the
     rowwise one.
+
+    ``amax_rowwise`` / ``amax_columnwise``: the ``A`` to use instead of the
+    source's own (amax reduction: the maximum over a process group of
+    :func:`nvfp4_amax`), shaped as the computed one.
 
     Requirements (``ValueError`` otherwise): K % 16 == 0; M % 16 == 0 for
     columnwise or 2D; RHT needs bf16; 4over6 excludes SR and RHT; row-scaled
@@ -327,7 +356,7 @@ def nvfp4_quantize(
     row = [None, None, None]
     if rowwise:
         source = x2d.to(torch.float32).contiguous()
-        amax = _global_amax(source, per_row=row_scaled)
+        amax = _global_amax(source, per_row=row_scaled) if amax_rowwise is None else _given_amax(amax_rowwise)
         data, scale = _quantize_2d_orientation(source, amax, random_bytes=random_bytes_rowwise, **options)
         row = [data, _pad_scales(scale), amax]
     col = [None, None, None]
@@ -336,7 +365,7 @@ def nvfp4_quantize(
         if with_rht:
             source_t = hadamard_transform_16(source_t, random_sign_mask=random_sign_mask)
         source_t = source_t.to(torch.float32)
-        amax = _global_amax(source_t, per_row=row_scaled)
+        amax = _global_amax(source_t, per_row=row_scaled) if amax_columnwise is None else _given_amax(amax_columnwise)
         data, scale = _quantize_2d_orientation(source_t, amax, random_bytes=random_bytes_columnwise, **options)
         col = [data, _pad_scales(scale), amax]
     return NVFP4QuantizeResult(*row, *col, e4m3_max=e4m3_max)

@@ -2,6 +2,8 @@
 
 from .activation import GELU, GEGLU, GLU, QGELU, QGEGLU, ReGLU, ReLU, SiLU, SReGLU, SReLU
 from .add_extra_input import AddExtraInput
+from .all_gather import AllGather
+from .all_reduce import AllReduce
 from .basic_linear import BasicLinear
 from .bias import Bias
 from .constant_scale import ConstantScale
@@ -11,6 +13,7 @@ from .identity import Identity
 from .l2normalization import L2Normalization
 from .layer_norm import LayerNorm
 from .make_extra_output import MakeExtraOutput
+from .reduce_scatter import ReduceScatter
 from .reshape import Reshape
 from .rms_norm import RMSNorm
 from .scaled_activation import ScaledClampedQGeGLU, ScaledSiTUGLU, ScaledSReLU, ScaledSwiGLU
@@ -18,6 +21,8 @@ from .swiglu import ClampedSwiGLU, SiTUGLU, SwiGLU
 
 __all__ = [
     "AddExtraInput",
+    "AllGather",
+    "AllReduce",
     "BasicLinear",
     "Bias",
     "ClampedSwiGLU",
@@ -34,6 +39,7 @@ __all__ = [
     "QGELU",
     "QGEGLU",
     "ReGLU",
+    "ReduceScatter",
     "ReLU",
     "Reshape",
     "RMSNorm",

@@ -17,6 +17,7 @@ from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
 from ..quantized_weights import QuantizedWeights
+from . import basic_linear_tp as tp
 
 __all__ = ["BasicLinear"]
 
@@ -48,8 +49,13 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         device: where the weight lives; ``"meta"`` defers allocation to the first
             forward (or an explicit ``reset_parameters()``).
         dtype: fp32, fp16 or bf16 (default: torch's default dtype).
-        tensor_parallel_mode, tensor_parallel_group, sequence_parallel: distributed
-            options; only the single-process configuration is implemented.
+        tensor_parallel_mode: None, "column" (shard ``out_features``) or "row" (shard
+            ``in_features``); the weight has the local shape. A group of one rank turns
+            it off; a sharded size not divisible by the group size is a ``ValueError``.
+        tensor_parallel_group: the ``torch.distributed`` group (None: the default group).
+        sequence_parallel: activations outside the linear are sharded along dim 0:
+            column mode gathers x before the GEMM, row mode reduce-scatters the output
+            (see :mod:`refops.ops.basic.basic_linear_tp`).
         rng_state_tracker_function: returns an object whose ``fork()`` context wraps
             the weight's random initialization.
         accumulate_into_main_grad: accumulate wgrad into ``weight.main_grad``
@@ -75,23 +81,27 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         name = type(self).__name__
         if in_features <= 0 or out_features <= 0:
             raise ValueError(f"{name}: in_features and out_features must be positive (got {in_features}, {out_features})")
-        if tensor_parallel_mode is not None or sequence_parallel:
-            raise NotImplementedError(
-                f"{name}: tensor parallelism (tensor_parallel_mode={tensor_parallel_mode!r}) is not implemented "
-                "in refops; use tensor_parallel_mode=None"
-            )
         if userbuffers_options is not None:
             raise NotImplementedError(f"{name}: userbuffers communication overlap is not implemented in refops")
         device = canonicalize_device(device)
         dtype = canonicalize_dtype(dtype, op_name=name)
         self.in_features = in_features
         self.out_features = out_features
-        self.tensor_parallel_mode = tensor_parallel_mode
-        self.tensor_parallel_group = tensor_parallel_group
-        self.sequence_parallel = sequence_parallel
+        self._tp = tp.canonicalize_tensor_parallelism(
+            name, mode=tensor_parallel_mode, group=tensor_parallel_group, sequence_parallel=sequence_parallel,
+            in_features=in_features, out_features=out_features,
+        )
+        self.tensor_parallel_mode = self._tp.mode
+        self.tensor_parallel_group = self._tp.group
+        self.tensor_parallel_size = self._tp.size
+        self.sequence_parallel = self._tp.sequence_parallel
+        self.local_in_features = self._tp.local_in_features
+        self.local_out_features = self._tp.local_out_features
         self._rng_state_tracker_function = rng_state_tracker_function
         self._accumulate_into_main_grad = accumulate_into_main_grad
-        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device, dtype=dtype))
+        self.weight = torch.nn.Parameter(
+            torch.empty(self.local_out_features, self.local_in_features, device=device, dtype=dtype)
+        )
         self._capture_quantized_model_init()
         self._initialize_or_defer(device)
 
@@ -126,6 +136,7 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         weight_quantizer.internal = not (self._with_quantized_weight or isinstance(weight, QuantizedTensor))
         if isinstance(weight, QuantizedTensor):  # keep the usages the stored weight has
             weight_quantizer.set_usage(rowwise=weight.has_usage("rowwise"), columnwise=weight.has_usage("columnwise"))
+        tp.configure_gathered_quantizers(self._tp, self.get_quantizer("forward", 0), self.get_quantizer("backward", 0))
 
     def _set_quantizer_usages(self, *, input_requires_grad: bool, weight_requires_grad: bool, override: Any) -> None:
         """Which copies each operand needs: column-wise ones only for the backward GEMMs that read them."""
@@ -148,7 +159,8 @@ class BasicLinear(QuantizedWeights, BasicOperation):
     def check_input(self, input_: torch.Tensor) -> None:
         weight = self.weight
         check_tensor(type(self).__name__, "input", input_, dtype=weight.dtype, device=self.parameter_device(),
-                     last_dim=self.in_features)
+                     last_dim=self.local_in_features)
+        tp.check_sharded_input(type(self).__name__, self._tp, "input", input_)
 
     # ---------------------------------------------------------------- forward
     def op_forward(
@@ -163,63 +175,108 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         name = type(self).__name__
         if kwargs:
             raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
-        weight = self.weight
+        weight, cfg = self.weight, self._tp
         dtype = compute_dtype(name, input_, weight.dtype)
-        check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device, last_dim=self.in_features)
+        check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device, last_dim=self.local_in_features)
+        tp.check_sharded_input(name, cfg, "input", input_)
         recipe = get_autocast_recipe() if self._quantizers is not None else None
         override = recipe.backward_override if recipe is not None else None
         input_requires_grad = ctx.requires_grad
         weight_requires_grad = ctx.requires_grad and weight.requires_grad
 
-        x = _flatten(input_, self.in_features)
+        x = _flatten(input_, self.local_in_features)
+        input_quantizer = None
         if recipe is not None:
             self._set_quantizer_usages(
                 input_requires_grad=input_requires_grad, weight_requires_grad=weight_requires_grad, override=override
             )
-            x_op = x if isinstance(x, QuantizedTensor) else self.get_quantizer("forward", 0)(to_compute_dtype(x, dtype))
+            input_quantizer = self.get_quantizer("forward", 0)
             w_op = weight if isinstance(weight, QuantizedTensor) else self.get_quantizer("forward", 1)(
                 to_compute_dtype(weight, dtype)
             )
         else:
-            x_op, w_op = maybe_dequantize(x, dtype).reshape(-1, self.in_features), maybe_dequantize(weight, dtype)
+            w_op = maybe_dequantize(weight, dtype)
+        x_local, x_op = self._forward_input(x, dtype, input_quantizer, weight_requires_grad and override is None)
         y = current_backend().gemm(x_op, w_op, trans_b=True, out_dtype=dtype)
-        y = y.reshape(*input_.shape[:-1], self.out_features)
-        if recipe is not None and isinstance(next_op_input_quantizer, Float8Quantizer):
+        out_lead = tp.gathered_shape(input_.shape, cfg.size)[:-1] if cfg.gathers_input else input_.shape[:-1]
+        y = y.reshape(*out_lead, self.local_out_features)
+        if cfg.mode == "row":  # TE drops the output quantizer: the sum is taken in high precision
+            y = tp.reduce_output(cfg, y, name)
+        elif recipe is not None and isinstance(next_op_input_quantizer, Float8Quantizer):
             y = next_op_input_quantizer(y)
 
         if override == "high_precision":
-            x_saved = maybe_dequantize(x, dtype).reshape(-1, self.in_features)
+            x_saved = maybe_dequantize(x, dtype).reshape(-1, self.local_in_features)
             w_saved = maybe_dequantize(weight, dtype)
         else:
-            x_saved, w_saved = x_op, w_op
+            x_saved, w_saved = x_local, w_op
         ctx.save_for_backward(x_saved if weight_requires_grad else None, w_saved if input_requires_grad else None)
         ctx.with_quantized_compute = recipe is not None and override is None
         ctx.backward_override = override
+        ctx.input_quantizer = input_quantizer
         ctx.grad_output_quantizer = self.get_quantizer("backward", 0) if recipe is not None else None
-        ctx.grad_input_quantizer = prev_op_grad_output_quantizer if ctx.with_quantized_compute else None
+        # Column mode reduces dgrad in high precision: TE drops the grad-input quantizer.
+        quantized_dgrad = ctx.with_quantized_compute and cfg.mode != "column"
+        ctx.grad_input_quantizer = prev_op_grad_output_quantizer if quantized_dgrad else None
         ctx.dtype = dtype
         ctx.input_shape = input_.shape
         ctx.input_requires_grad = input_requires_grad
         ctx.weight_requires_grad = weight_requires_grad
         return y
 
+    def _forward_input(self, x: torch.Tensor, dtype: torch.dtype, quantizer: Any, wgrad_quantized: bool
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(x_local, x_op)``: what backward keeps and what the GEMM reads.
+
+        Without column+SP both are this rank's input (quantized under a recipe). With it,
+        ``x_op`` is the gathered input and ``x_local`` this rank's shard (quantized when
+        its blocks align with dim 0): TE keeps the shard and gathers it again for wgrad.
+        """
+        if not self._tp.gathers_input:
+            if quantizer is None:
+                x = maybe_dequantize(x, dtype).reshape(-1, self.local_in_features)
+            elif not isinstance(x, QuantizedTensor):
+                x = quantizer(to_compute_dtype(x, dtype))
+            return x, x
+        if quantizer is None:
+            x_local = maybe_dequantize(x, dtype)
+        else:
+            x_local = tp.quantize_shard(to_compute_dtype(x, dtype), quantizer, columnwise=wgrad_quantized)
+        return x_local, tp.gather_shard(x_local, self._tp, quantizer, rowwise=True, columnwise=False)
+
     # --------------------------------------------------------------- backward
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[Optional[torch.Tensor], list[Optional[torch.Tensor]]]:
         x, w = ctx.saved_tensors
-        dy = _flatten(grad_output, self.out_features)
-        if ctx.with_quantized_compute:
+        cfg, name = self._tp, type(self).__name__
+        quantized = ctx.with_quantized_compute
+        dy = _flatten(grad_output, self.local_out_features)
+        if cfg.gathers_grad_output:
+            dy_q = ctx.grad_output_quantizer if quantized else None
+            if dy_q is None:
+                dy = maybe_dequantize(dy, ctx.dtype)
+            else:
+                dy = tp.quantize_shard(to_compute_dtype(dy, ctx.dtype), dy_q, columnwise=ctx.weight_requires_grad)
+            dy = tp.gather_shard(dy, cfg, dy_q, rowwise=ctx.input_requires_grad, columnwise=ctx.weight_requires_grad)
+        if x is not None and cfg.gathers_input:
+            x_q = ctx.input_quantizer if quantized else None
+            x = tp.gather_shard(x, cfg, x_q, rowwise=not quantized, columnwise=quantized)
+        if quantized:
             if not isinstance(dy, QuantizedTensor):
                 dy = ctx.grad_output_quantizer(to_compute_dtype(dy, ctx.dtype))
         else:
-            dy = maybe_dequantize(dy, ctx.dtype).reshape(-1, self.out_features)
-            x = None if x is None else maybe_dequantize(x, ctx.dtype).reshape(-1, self.in_features)
+            dy = maybe_dequantize(dy, ctx.dtype).reshape(-1, self.local_out_features)
+            x = None if x is None else maybe_dequantize(x, ctx.dtype).reshape(-1, self.local_in_features)
             w = None if w is None else maybe_dequantize(w, ctx.dtype)
         kernels = current_backend()
         dx = None
         if ctx.input_requires_grad:
-            dx = kernels.gemm(dy, w, out_dtype=ctx.dtype).reshape(ctx.input_shape)
+            dx = kernels.gemm(dy, w, out_dtype=ctx.dtype)
+            if cfg.mode == "column":
+                full_shape = tp.gathered_shape(ctx.input_shape, cfg.size) if cfg.sequence_parallel else ctx.input_shape
+                dx = tp.reduce_grad_input(cfg, dx.reshape(full_shape), name)
+            dx = dx.reshape(ctx.input_shape)
             if isinstance(ctx.grad_input_quantizer, Float8Quantizer):
                 dx = ctx.grad_input_quantizer(dx)
         dw = self._weight_grad(kernels, dy, x, ctx.dtype) if ctx.weight_requires_grad else None

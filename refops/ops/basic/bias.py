@@ -6,6 +6,7 @@ from typing import Any, Optional
 
 import torch
 
+from ...distributed.collectives import get_group_size
 from ...kernels import current_backend
 from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.state import get_autocast_recipe
@@ -17,7 +18,7 @@ __all__ = ["Bias"]
 
 
 class Bias(BasicOperation):
-    """``y = x + b``; ``b`` of shape ``(size,)`` starts at zero.
+    """``y = x + b``; ``b`` of shape ``(local_size,)`` (``size`` without TP) starts at zero.
 
     Backward: ``dx = dy`` and ``db = sum of dy over the leading dims`` (fp32 sum).
 
@@ -30,11 +31,13 @@ class Bias(BasicOperation):
     dequantized for ``db`` and passed on unchanged.
 
     Args:
-        size: the last dim of the input.
+        size: the last dim of the full output; with ``tensor_parallel`` each rank
+            holds ``size / W`` of it (``ValueError`` if not divisible).
         device: where ``bias`` lives; ``"meta"`` defers allocation.
         dtype: fp32, fp16 or bf16 (default: torch's default dtype).
-        tensor_parallel, tensor_parallel_group: distributed options; only
-            ``tensor_parallel=False`` is implemented.
+        tensor_parallel: shard the bias over ``tensor_parallel_group`` (a group of
+            one rank, or no process group, turns it off).
+        tensor_parallel_group: the ``torch.distributed`` group (None: the default group).
     """
 
     def __init__(
@@ -50,13 +53,20 @@ class Bias(BasicOperation):
         name = type(self).__name__
         if size <= 0:
             raise ValueError(f"{name}: size must be positive (got {size})")
-        if tensor_parallel:
-            raise NotImplementedError(f"{name}: tensor parallelism is not implemented in refops")
+        world = get_group_size(tensor_parallel_group) if tensor_parallel else 1
+        if size % world:
+            raise ValueError(
+                f"{name}: tensor parallelism shards size={size}, which is not divisible by the tensor-parallel "
+                f"group size {world}"
+            )
         device = canonicalize_device(device)
         dtype = canonicalize_dtype(dtype, op_name=name)
         self.size = size
-        self.local_size = size
-        self.bias = torch.nn.Parameter(torch.empty(size, device=device, dtype=dtype))
+        self.local_size = size // world
+        self.tensor_parallel = world > 1
+        self.tensor_parallel_group = tensor_parallel_group if world > 1 else None
+        self.tensor_parallel_size = world
+        self.bias = torch.nn.Parameter(torch.empty(self.local_size, device=device, dtype=dtype))
         self._initialize_or_defer(device)
 
     def init_parameter(self, name: str, tensor: torch.Tensor) -> None:
@@ -64,7 +74,8 @@ class Bias(BasicOperation):
 
     def check_input(self, input_: torch.Tensor) -> None:
         check_tensor(type(self).__name__, "input", input_, dtype=self.bias.dtype, device=self.parameter_device(),
-                     last_dim=self.size, last_dim_name="size")
+                     last_dim=self.local_size,
+                     last_dim_name="size" if self.local_size == self.size else "local size")
 
     def op_forward(
         self,
@@ -80,8 +91,8 @@ class Bias(BasicOperation):
         name = type(self).__name__
         bias = self.bias
         dtype = compute_dtype(name, input_, bias.dtype)
-        check_tensor(name, "input", input_, dtype=bias.dtype, device=bias.device, last_dim=self.size,
-                     last_dim_name="size")
+        check_tensor(name, "input", input_, dtype=bias.dtype, device=bias.device, last_dim=self.local_size,
+                     last_dim_name="size" if self.local_size == self.size else "local size")
         x = maybe_dequantize(input_, dtype)
         y, _ = current_backend().bias_activation_forward(x, to_compute_dtype(bias, dtype), "identity")
         ctx.dtype = dtype

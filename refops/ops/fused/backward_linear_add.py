@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from ..basic.basic_linear import BasicLinear
+from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.make_extra_output import MakeExtraOutput
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
@@ -40,6 +41,9 @@ class BackwardLinearAdd(BackwardThenAddExtraOutputGrad):
     """Backward-only: ``dx = g + dy W`` where ``g`` is the extra output's grad (updated in place)."""
 
     def __init__(self, *, backward_add: MakeExtraOutput, linear: BasicLinear) -> None:
+        refuse_tensor_parallel_mode(
+            type(self).__name__, linear, "column", "accumulating the grad-input into an extra output's grad"
+        )
         super().__init__([backward_add, linear])
 
 

@@ -7,6 +7,7 @@ from typing import Optional
 import torch
 
 from ..basic.basic_linear import BasicLinear
+from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.constant_scale import ConstantScale
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
@@ -22,6 +23,7 @@ class BackwardLinearScale(FusedOperation):
     """
 
     def __init__(self, *, linear: BasicLinear, scale: ConstantScale) -> None:
+        refuse_tensor_parallel_mode(type(self).__name__, linear, "column", "a fused scaled grad-input")
         super().__init__([linear, scale])
 
     def fuser_backward(

@@ -7,6 +7,7 @@ from typing import Any, Optional
 import torch
 
 from ..basic.basic_linear import BasicLinear
+from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
@@ -26,6 +27,7 @@ class ForwardLinearBiasActivation(FusedOperation):
     def __init__(self, *, linear: BasicLinear, bias: Optional[Bias], activation: None = None) -> None:
         if activation is not None:
             raise NotImplementedError("ForwardLinearBiasActivation: a fused activation is not supported (as in TE)")
+        refuse_tensor_parallel_mode(type(self).__name__, linear, "row", "a fused or quantized output")
         super().__init__([linear] if bias is None else [linear, bias])
 
     def fuser_forward(

@@ -8,6 +8,7 @@ import torch
 
 from ..basic.add_extra_input import AddExtraInput
 from ..basic.basic_linear import BasicLinear
+from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
@@ -54,6 +55,7 @@ class ForwardLinearBiasAdd(ComputeThenAddInPlace):
     """Forward-only: ``e += x W^T (+ b)`` where ``e`` is the extra input; the output *is* ``e``."""
 
     def __init__(self, *, linear: BasicLinear, bias: Optional[Bias], add: AddExtraInput) -> None:
+        refuse_tensor_parallel_mode(type(self).__name__, linear, "row", "accumulating the output into an extra input")
         super().__init__([linear, add] if bias is None else [linear, bias, add])
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..basic.add_extra_input import AddExtraInput
 from ..basic.basic_linear import BasicLinear
+from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.constant_scale import ConstantScale
 from .forward_linear_bias_add import ComputeThenAddInPlace
 from .rules import Condition, FusionRule
@@ -15,6 +16,7 @@ class ForwardLinearScaleAdd(ComputeThenAddInPlace):
     """Forward-only: ``e += scale * x W^T``; the GEMM's alpha is the scale, the output is ``e``."""
 
     def __init__(self, *, linear: BasicLinear, scale: ConstantScale, add: AddExtraInput) -> None:
+        refuse_tensor_parallel_mode(type(self).__name__, linear, "row", "accumulating the output into an extra input")
         super().__init__([linear, scale, add])
 
 

@@ -113,8 +113,12 @@ def test_rht_needs_bf16_and_bad_options() -> None:
         NVFP4Quantizer(with_rht=True)(torch.randn(16, 16))
     with pytest.raises(ValueError, match="kFloat4E2M1"):
         NVFP4Quantizer(fp4_dtype=DType.kFloat8E4M3)
-    with pytest.raises(NotImplementedError, match="amax reduction"):
-        NVFP4Quantizer(with_amax_reduction=True)
+    # Without a process group amax reduction has no peers: the same bytes as without it
+    # (the 2-rank case is in tests/refops/distributed/test_quantized_tensor_parallel.py).
+    x = torch.randn(32, 32)
+    reduced, plain = NVFP4Quantizer(with_amax_reduction=True)(x), NVFP4Quantizer()(x)
+    assert torch.equal(reduced._rowwise_data, plain._rowwise_data)
+    assert torch.equal(reduced._amax_columnwise, plain._amax_columnwise)
 
 
 def test_make_empty_and_update_quantized(device: torch.device) -> None:

@@ -1,0 +1,123 @@
+"""The collectives tensor parallelism uses, each a thin named step over ``torch.distributed``.
+
+* :func:`gather_along_first_dim`: concatenate the ranks' tensors along dim 0, in rank order. A
+  quantized tensor (or a plain one with a ``quantizer``) is gathered in quantized form
+  (:mod:`refops.distributed.quantized_gather`); a plain one in its own dtype.
+* :func:`reduce_scatter_along_first_dim`: sum over the ranks, then rank ``r`` keeps the ``r``-th
+  slice along dim 0 (high precision only, as in TE).
+* :func:`all_reduce`: sum over the ranks (high precision only, as in TE).
+
+A group of one rank (or no initialized process group) makes each step the identity. Every
+communication goes through ``torch.distributed`` (gloo on the CPU, NCCL on GPUs); nothing is
+home-made. torch 2.13 renames ``all_gather_into_tensor`` / ``reduce_scatter_tensor`` to
+``all_gather_single`` / ``reduce_scatter_single``; whichever exists is used, so older torch
+versions work and newer ones do not warn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+import torch.distributed as dist
+
+from ..quantization.quantized_tensor import QuantizedTensor
+from ..quantization.quantizer import Quantizer
+
+__all__ = [
+    "all_reduce",
+    "gather_along_first_dim",
+    "get_group_size",
+    "reduce_scatter_along_first_dim",
+]
+
+_all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_into = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
+def get_group_size(group: Any = None) -> int:
+    """Ranks in ``group`` (the default group for None); 1 when ``torch.distributed`` is not initialized."""
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size(group)
+
+
+def all_gather_rows(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+    """Plain tensors: ``torch.cat`` over the ranks along dim 0 (rank order); dtype and trailing dims kept."""
+    tensor = tensor.contiguous()
+    world = get_group_size(group)
+    out = torch.empty((world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    _all_gather_into(out, tensor, group=group)
+    return out
+
+
+def all_gather_columns(tensor: torch.Tensor, group: Any) -> torch.Tensor:
+    """Plain 2-D ``(R, C)`` tensors: ``torch.cat`` over the ranks along dim 1 (transposed data's rows)."""
+    world = get_group_size(group)
+    stacked = all_gather_rows(tensor.contiguous().unsqueeze(0), group)  # (world, R, C)
+    return stacked.permute(1, 0, 2).reshape(tensor.shape[0], world * tensor.shape[1])
+
+
+def gather_along_first_dim(
+    tensor: torch.Tensor, group: Any = None, *, quantizer: Optional[Quantizer] = None
+) -> torch.Tensor:
+    """All-gather along dim 0: the result is every rank's ``tensor`` concatenated in rank order.
+
+    * a plain tensor without ``quantizer``: gathered as is (its dtype, bit for bit);
+    * a plain tensor with ``quantizer``: quantized locally, then gathered quantized; the
+      caller sets the quantizer's amax reduction group where the scheme has a global scale;
+    * a :class:`QuantizedTensor`: gathered quantized (data and scales), see
+      :func:`refops.distributed.quantized_gather.gather_quantized`.
+
+    With one rank it only quantizes (if asked). Every rank must pass the same trailing shape.
+    """
+    from .quantized_gather import gather_quantized, quantize_then_gather
+
+    if isinstance(tensor, QuantizedTensor):
+        return tensor if get_group_size(group) == 1 else gather_quantized(tensor, group)
+    if quantizer is not None:
+        return quantizer(tensor) if get_group_size(group) == 1 else quantize_then_gather(tensor, quantizer, group)
+    if get_group_size(group) == 1:
+        return tensor
+    return all_gather_rows(tensor, group)
+
+
+def _check_divisible(op_name: str, tensor: torch.Tensor, world: int) -> None:
+    if tensor.dim() == 0 or tensor.shape[0] % world:
+        raise ValueError(
+            f"{op_name}: reduce-scatter along dim 0 needs a size divisible by the group size {world}; "
+            f"got shape {tuple(tensor.shape)}"
+        )
+
+
+def reduce_scatter_along_first_dim(tensor: torch.Tensor, group: Any = None, *, op_name: str = "reduce_scatter"
+                                   ) -> torch.Tensor:
+    """Sum over the ranks, then keep this rank's slice of dim 0 (size ``shape[0] / world``).
+
+    A quantized tensor is dequantized first (TE reduces in high precision). Raises
+    ``ValueError`` (naming ``op_name``) when dim 0 is not divisible by the group size.
+    """
+    if isinstance(tensor, QuantizedTensor):
+        tensor = tensor.dequantize()
+    world = get_group_size(group)
+    if world == 1:
+        return tensor
+    _check_divisible(op_name, tensor, world)
+    tensor = tensor.contiguous()
+    out = torch.empty((tensor.shape[0] // world, *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device)
+    _reduce_scatter_into(out, tensor, group=group)
+    return out
+
+
+def all_reduce(tensor: torch.Tensor, group: Any = None) -> torch.Tensor:
+    """Sum over the ranks, every rank gets the sum (a quantized tensor is dequantized first).
+
+    The result is a new tensor: the caller's tensor is never modified.
+    """
+    if isinstance(tensor, QuantizedTensor):
+        tensor = tensor.dequantize()
+    if get_group_size(group) == 1:
+        return tensor
+    out = tensor.clone(memory_format=torch.contiguous_format)
+    dist.all_reduce(out, op=dist.ReduceOp.SUM, group=group)
+    return out

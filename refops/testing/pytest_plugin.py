@@ -12,7 +12,7 @@ import random
 import pytest
 import torch
 
-__all__ = ["pytest_addoption", "device", "reset_rng", "oracle", "Oracle"]
+__all__ = ["pytest_addoption", "device", "reset_rng", "oracle", "quantizer_checker", "Oracle"]
 
 SEED = 1234
 
@@ -55,10 +55,18 @@ def reset_rng() -> None:
 
 
 class Oracle:
-    """The oracle bound to the test's device: ``compare``, ``compare_backends``, ``check_lifecycle``, ``recipe``."""
+    """The oracle bound to the test's device: ``check_quantizer``, ``compare``, ``compare_backends``,
+    ``check_lifecycle``, ``recipe``."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
+
+    def check_quantizer(self, candidate, quantizer_or_recipe, **kwargs):
+        """:func:`refops.testing.check_quantizer` with inputs on this device: check a kernel's quantizer first."""
+        from .check_quantizer import check_quantizer
+
+        kwargs.setdefault("device", self.device)
+        return check_quantizer(candidate, quantizer_or_recipe, **kwargs)
 
     def compare(self, candidate, reference, inputs, **kwargs):
         """:func:`refops.testing.compare_modules`; ``assert_ok()`` on the result raises with the evidence."""
@@ -89,3 +97,10 @@ class Oracle:
 def oracle(device: torch.device) -> Oracle:
     """The refops oracle on the ``--device`` device."""
     return Oracle(device)
+
+
+@pytest.fixture
+def quantizer_checker(oracle: Oracle):
+    """``quantizer_checker(candidate, recipe_or_quantizer, **kwargs)``: :func:`refops.testing.check_quantizer`
+    on the ``--device`` device; ``.assert_ok()`` on its report raises with the first mismatches."""
+    return oracle.check_quantizer

@@ -39,6 +39,39 @@ def test_a_broken_candidate_fails(oracle, device):
     result.assert_outcomes(passed=3)
 
 
+def test_a_kernel_author_checks_a_quantizer_first(pytester):
+    pytester.makeconftest('pytest_plugins = ["refops.testing.pytest_plugin"]\n')
+    pytester.makepyfile(
+        test_kernel="""
+import pytest
+import torch
+import refops as te
+
+
+def my_fp8_quantize(x, quantizer):
+    amax = x.float().abs().nan_to_num(nan=0.0, posinf=float("inf")).amax().reshape(1)
+    scale_inv = amax / 448.0  # the bug: x / (amax / 448) instead of x * (448 / amax)
+    data = (x.float() / scale_inv).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return data if quantizer.rowwise_usage else data.t().contiguous(), scale_inv
+
+
+def test_with_the_fixture(quantizer_checker, device):
+    report = quantizer_checker(my_fp8_quantize, te.recipe.Float8CurrentScaling(), cases=["normal", "ties"])
+    assert report["ties", "float32", "rowwise"].status == "differs"
+    report.assert_ok()
+
+
+def test_with_the_oracle(oracle):
+    report = oracle.check_quantizer(lambda x, q: q(x), te.recipe.MXFP8BlockScaling(), cases=["normal", "ties"])
+    report.assert_ok()
+"""
+    )
+    result = pytester.runpytest("--device", "cpu", "-q", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*check_quantizer: my_fp8_quantize against Float8CurrentScalingQuantizer*FAILED*",
+                                 "*ties/float32/rowwise at *expected 0x*got 0x*"])
+
+
 def test_requesting_cuda_without_a_gpu_is_a_usage_error(pytester):
     import torch
 

@@ -101,3 +101,57 @@ def _compositions(rank: int, world: int) -> dict:
     except ValueError as e:
         out["bias_indivisible"] = str(e)
     return out
+
+
+def _plan(model) -> tuple[list[str], list[str]]:
+    fuser = model._module_groups[0]
+    return [type(op).__name__ for op, _ in fuser._forward_ops], [type(op).__name__ for op, _ in fuser._backward_ops]
+
+
+def _fusions(rank: int, world: int) -> dict:
+    from refops.ops.fused import BackwardLinearAdd, ForwardLinearBiasActivation
+
+    bf16 = dict(dtype=torch.bfloat16, device="cpu")
+    out = {}
+    torch.manual_seed(0)
+    mlp = refops.ops.Sequential(
+        refops.ops.Linear(16, 16, tensor_parallel_mode="column", sequence_parallel=True, **bf16),
+        refops.ops.Linear(16, 16, tensor_parallel_mode="row", sequence_parallel=True, **bf16),
+    )
+    x = torch.rand(4, 16, dtype=torch.bfloat16, requires_grad=True)
+    y = mlp(x)
+    y.backward(torch.ones_like(y))
+    out["mlp"] = _plan(mlp)
+    row = refops.ops.Sequential(refops.ops.BasicLinear(16, 16, tensor_parallel_mode="row", **bf16),
+                                refops.ops.Bias(16, **bf16))
+    row(torch.rand(4, 8, dtype=torch.bfloat16))
+    out["row_linear_bias"] = _plan(row)
+    column = refops.ops.Sequential(refops.ops.MakeExtraOutput(in_place=True),
+                                   refops.ops.BasicLinear(16, 16, tensor_parallel_mode="column", **bf16),
+                                   refops.ops.ConstantScale(0.5))
+    column(torch.rand(4, 16, dtype=torch.bfloat16))
+    out["column_backward"] = _plan(column)
+    refusals = {}
+    try:
+        ForwardLinearBiasActivation(linear=row[0], bias=row[1])
+    except ValueError as e:
+        refusals["forward"] = str(e)
+    try:
+        BackwardLinearAdd(backward_add=column[0], linear=column[1])
+    except ValueError as e:
+        refusals["backward"] = str(e)
+    out["refusals"] = refusals
+    return out
+
+
+def test_fusions_carry_or_leave_tensor_parallel_comms(ranks):
+    """Fused ops around comm ops: column TP fuses the forward (it carries the gather), row TP and
+    column-TP backward fusions do not fire, and building them by hand is TE's refusal."""
+    for got in ranks(_fusions):
+        forward, backward = got["mlp"]
+        assert forward == ["ForwardLinearBiasActivation", "ForwardLinearBiasActivation", "ReduceScatter"]
+        assert backward == ["BasicLinear", "Bias", "BasicLinear", "Bias", "ReduceScatter"]
+        assert got["row_linear_bias"][0] == ["BasicLinear", "Bias"]
+        assert got["column_backward"][1] == ["MakeExtraOutput", "BasicLinear", "ConstantScale"]
+        assert "not supported for a row tensor-parallel BasicLinear" in got["refusals"]["forward"]
+        assert "not supported for a column tensor-parallel BasicLinear" in got["refusals"]["backward"]

@@ -25,11 +25,11 @@ import torch
 
 from .conformance_evidence import describe_exception, named_tensors, output_tensors, weighted_sum
 
-__all__ = ["Subject", "Violation", "NotApplicable", "NotChecked", "PATHS", "over_paths"]
+__all__ = ["Subject", "Violation", "NotApplicable", "NotChecked", "PATHS", "over_paths", "reset_roots"]
 
 #: The materialization paths, and how the evidence names them.
 PATHS: dict[str, str] = {
-    "reset_parameters": "reset_parameters() on the meta-built module",
+    "reset_parameters": "reset_parameters() on the meta-built module (or on each child, for a composite)",
     "to_empty": "to_empty() + reset_parameters() on the meta-built module",
     "first_forward": "the first forward of the meta-built module",
 }
@@ -84,7 +84,12 @@ class Subject:
             return self.lazy
         from ..ops.op import FusibleOperation
 
-        return any(isinstance(m, FusibleOperation) for m in module.modules())
+        # Every parameter must belong to a refops op: a torch.nn child of a mixed composite cannot
+        # materialize by itself, and PyTorch does not promise that it does.
+        owners = [m for m in module.modules() if any(True for _ in m.parameters(recurse=False))]
+        refops_owned = [m for m in owners if any(isinstance(a, FusibleOperation) for a in _ancestry(module, m))]
+        contains = any(isinstance(m, FusibleOperation) for m in module.modules())
+        return contains and len(refops_owned) == len(owners)
 
     # ---------------------------------------------------------------- running
     def fresh_inputs(self, *, input_requires_grad: bool = False) -> tuple[Any, ...]:
@@ -123,8 +128,15 @@ class Subject:
             NotApplicable: the module does not use this path (see the module docstring).
         """
         name = type(module).__name__
-        if path != "first_forward" and not callable(getattr(module, "reset_parameters", None)):
-            raise NotApplicable(f"{name} defines no reset_parameters()")
+        roots = reset_roots(module)
+        if path != "first_forward" and not roots:
+            raise NotApplicable(f"neither {name} nor any of its submodules defines reset_parameters()")
+        if path != "first_forward" and _shared_across(roots):
+            raise NotApplicable(
+                f"{name} defines no reset_parameters() and its children share parameters (tied weights): "
+                "resetting each child would initialize a shared parameter twice; define reset_parameters() "
+                f"on {name} to reset and re-tie"
+            )
         expected = path == "to_empty" or self.expects_lazy(module)
         torch.manual_seed(self.seed)
         outputs: list[torch.Tensor] = []
@@ -134,7 +146,8 @@ class Subject:
             if path == "first_forward":
                 outputs = output_tensors(module(*args))
             else:
-                module.reset_parameters()
+                for root in roots:
+                    root.reset_parameters()
         except Exception as error:  # noqa: BLE001  (any failure is evidence)
             if expected:
                 raise Violation(f"{PATHS[path]} raised {describe_exception(error)}") from error
@@ -143,14 +156,47 @@ class Subject:
                 "PyTorch modules materialize through to_empty()"
             ) from error
         left = sorted(n for n, t in named_tensors(module).items() if t.is_meta)
-        if left and not expected and len(left) == len(named_tensors(module)):
+        if left and not expected:
+            which = "every tensor" if len(left) == len(named_tensors(module)) else ", ".join(left)
             raise NotApplicable(
-                f"{PATHS[path]} leaves every tensor of {name} on meta (PyTorch's convention: "
+                f"{PATHS[path]} leaves {which} of {name} on meta (PyTorch's convention: "
                 "materialize with to_empty() first)"
             )
         if left:
             raise Violation(f"{PATHS[path]} left {', '.join(left)} on meta")
         return outputs
+
+
+def _ancestry(root: torch.nn.Module, target: torch.nn.Module) -> list[torch.nn.Module]:
+    """``target`` and the modules between it and ``root`` (inclusive), or [] when it is not inside ``root``."""
+    if root is target:
+        return [root]
+    for child in root.children():
+        path = _ancestry(child, target)
+        if path:
+            return [root, *path]
+    return []
+
+
+def reset_roots(module: torch.nn.Module) -> list[torch.nn.Module]:
+    """The modules whose ``reset_parameters()`` initializes ``module``: itself when it defines one, else,
+    in registration order (the order eager construction draws random numbers in), the first module down
+    each branch that does. A composite module without its own ``reset_parameters()`` is reset through its
+    children, as FSDP2 and torchtitan initialize a meta-built model."""
+    if callable(getattr(module, "reset_parameters", None)):
+        return [module]
+    return [root for child in module.children() for root in reset_roots(child)]
+
+
+def _shared_across(roots: list[torch.nn.Module]) -> bool:
+    """Whether two of ``roots`` hold the same parameter object."""
+    seen: set[int] = set()
+    for root in roots:
+        ids = {id(p) for p in root.parameters()}
+        if ids & seen:
+            return True
+        seen |= ids
+    return False
 
 
 def over_paths(paths: list[str], check_path: Callable[[str], str]) -> str:

@@ -282,3 +282,87 @@ def test_report_renders_as_a_table(device):
         assert row.startswith(result.name)
         assert row[status_column:].startswith(str(result.status))
         assert row.rstrip().endswith(result.evidence)
+
+
+# ------------------------------------------------------- ties and composites
+class TiedPair(torch.nn.Module):
+    """Two refops Linears sharing one weight, re-tied in its own reset_parameters() (a tied-embedding model)."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.fc1 = te.ops.Linear(8, 8, device=device)
+        self.fc2 = te.ops.Linear(8, 8, device=device)
+        self.fc2.weight = self.fc1.weight
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x))
+
+
+class StaleTiedPair(torch.nn.Module):
+    """Tied torch Linears whose forward uses a parameter list cached at construction (the seed's bug)."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 4, device=device)
+        self.b = torch.nn.Linear(4, 4, device=device)
+        self.b.weight = self.a.weight
+        self._cached = [self.a.weight, self.a.bias, self.b.bias]
+
+    def forward(self, x):
+        w, a_bias, b_bias = self._cached
+        return torch.nn.functional.linear(torch.nn.functional.linear(x, w, a_bias), w, b_bias)
+
+
+def test_replacing_a_tied_weight_is_no_violation_and_the_report_says_it_retied(device):
+    report = check_lifecycle(TiedPair, device=device, inputs=_x(3, 8))
+    stale = report["no_stale_cache_after_replacement"]
+    assert stale.status is HELD  # before: "the replaced fc1.weight got a grad" (fc2 still held it), a false alarm
+    assert "re-tied fc2.weight after setattr" in stale.evidence
+    assert "re-tied fc1.weight after register_parameter" in stale.evidence
+    assert report["aliases_preserved"].status is HELD
+    assert "fc1.basic_ops.0.weight = fc1.weight = fc2.basic_ops.0.weight = fc2.weight" in report["aliases_preserved"].evidence
+
+
+def test_a_stale_cache_in_a_tied_module_is_still_caught(device):
+    report = check_lifecycle(StaleTiedPair, device=device, inputs=_x(3, 4))
+    stale = report["no_stale_cache_after_replacement"]
+    assert stale.status is VIOLATED
+    assert "after setattr(a.weight) the new a.weight got no grad" in stale.evidence
+    assert "the replaced a.weight (id 0x" in stale.evidence
+
+
+class Composite(torch.nn.Module):
+    """A plain torch module of refops ops, with no reset_parameters() of its own."""
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.norm = LayerNorm(8, device=device)
+        self.fc1 = te.ops.Linear(8, 16, device=device)
+        self.fc2 = te.ops.Linear(16, 8, device=device)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(self.norm(x)))
+
+
+def test_a_composite_module_is_checked_through_its_children(device):
+    report = check_lifecycle(Composite, device=device, inputs=_x(3, 8))
+    assert set(_statuses(report).values()) == {HELD}  # before: reset_parameters paths "not applicable"
+    assert "tensors bit-identical to eager construction" in report["eager_values_after_reset_parameters"].evidence
+    assert "reset_parameters: 6 parameter ids unchanged" in report["identity_through_materialization"].evidence
+
+
+def test_a_composite_with_tied_children_says_why_it_cannot_be_reset_through_them(device):
+    report = check_lifecycle(TiedPair, device=device, inputs=_x(3, 8))
+    evidence = report["eager_values_after_reset_parameters"].evidence
+    assert report["eager_values_after_reset_parameters"].status is NOT_APPLICABLE
+    assert "its children share parameters (tied weights)" in evidence and "define reset_parameters() on TiedPair" in evidence
+
+
+def test_a_mixed_composite_is_not_expected_to_materialize_by_itself(device):
+    def mixed(d):
+        return torch.nn.Sequential(te.ops.Linear(8, 8, device=d), torch.nn.Linear(8, 8, device=d))
+
+    report = check_lifecycle(mixed, device=device, inputs=_x(3, 8))
+    report.assert_ok()
+    assert report["eager_values_after_to_empty"].status is HELD
+    assert "leaves 1.bias, 1.weight of Sequential on meta" in report["eager_values_after_reset_parameters"].evidence

@@ -1,14 +1,23 @@
 """Fixtures for the fast-path tests: the kernel tests need CuPy and a CUDA GPU and skip with the reason otherwise;
-the compile checks need only nvcc (the ``nvcc`` fixture)."""
+the compile checks need only nvcc (the ``nvcc`` fixture).
+
+The compile checks carry the ``compile`` marker (``-m "not compile"`` leaves them out). Those that declare their
+builds (``@pytest.mark.compile(Build(...))``, see ``_nvcc_builds.py``) get them from the ``nvcc_builds`` fixture:
+every selected build starts when collection ends, on all cores, and the compile checks run last, so that nvcc works
+while the rest of the suite runs; results are cached on disk by content.
+"""
 
 from __future__ import annotations
 
 import os
 
 import pytest
+from _nvcc_builds import Build, NvccBuilds, cache_dir
 
 import fastpath
 from refops.kernels import get_backend, register_backend
+
+_BUILDS = pytest.StashKey[NvccBuilds]()
 
 # Works from a source checkout too (no installed entry point needed).
 register_backend("fastpath", fastpath.make_backend)
@@ -51,3 +60,44 @@ def nvcc() -> str:
             pytest.fail(f"{message}; CI is set, so the kernel compile checks must run")
         pytest.skip(message)
     return found
+
+
+@pytest.fixture(scope="session")
+def nvcc_builds(nvcc, pytestconfig) -> NvccBuilds:
+    """The session's builds (started at the end of collection, or now when none was selected then)."""
+    builds = pytestconfig.stash.get(_BUILDS, None)
+    if builds is None:
+        builds = pytestconfig.stash[_BUILDS] = NvccBuilds(nvcc, os.cpu_count() or 1, cache_dir())
+    return builds
+
+
+def declared_builds(item: pytest.Item) -> list[Build]:
+    return [build for marker in item.iter_markers("compile") for build in marker.args]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test that uses nvcc is a compile check (``compile`` marker); the compile checks go last, in order."""
+    for item in items:
+        if "nvcc" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("compile"):
+            item.add_marker("compile")
+    items[:] = [i for i in items if not i.get_closest_marker("compile")] + [
+        i for i in items if i.get_closest_marker("compile")]
+
+
+def pytest_collection_finish(session):
+    """Start every selected compile check's builds now, in the background (nothing starts without nvcc)."""
+    from fastpath import compile_check
+
+    wanted = [build for item in session.items for build in declared_builds(item)]
+    found = compile_check.find_nvcc() if wanted else None
+    if found is None:
+        return
+    builds = session.config.stash[_BUILDS] = NvccBuilds(found, os.cpu_count() or 1, cache_dir())
+    for build in wanted:
+        builds.start(build)
+
+
+def pytest_sessionfinish(session):
+    builds = session.config.stash.get(_BUILDS, None)
+    if builds is not None:
+        builds.close()

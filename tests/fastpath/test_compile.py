@@ -2,7 +2,8 @@
 
 Runs on CPU-only machines too: only nvcc is needed. Without nvcc the tests fail
 when the environment variable CI is set and skip (with the reason) otherwise.
-All files are compiled once per session, in parallel; each test reports one file.
+Each kernel file is compiled once per session (``-c``, keeping the PTX of the same run), in the background
+with the other compile checks, and cached by content (``_nvcc_builds.py``); each test reports one file.
 """
 
 from __future__ import annotations
@@ -14,17 +15,24 @@ import subprocess
 import sys
 
 import pytest
+from _nvcc_builds import Build
 
 from fastpath import compile_check
+from fastpath._cuda import kernel_source
 
 FILES = compile_check.kernel_files()
 REPO = pathlib.Path(__file__).resolve().parents[2]
+HEADER_USERS = [p for p in FILES if '#include "' in p.read_text()]
 
 
-@pytest.fixture(scope="session")
-def compiled(nvcc) -> dict[pathlib.Path, compile_check.CompileResult]:
-    results = compile_check.compile_all(FILES, nvcc, jobs=os.cpu_count() or 1)
-    return {r.path: r for r in results}
+def object_build(path: pathlib.Path) -> Build:
+    """The CI compile check's nvcc run of one kernel file: the fast path's flags plus Hopper, in place."""
+    return Build(path.name, compile_check.NVCC_FLAGS, "object", source=path)
+
+
+def inlined_ptx_build(path: pathlib.Path) -> Build:
+    """The source NVRTC gets (headers inlined), to PTX with the same flags."""
+    return Build(path.name, compile_check.NVCC_FLAGS, "ptx", text=kernel_source(path.name))
 
 
 def test_kernel_sources_exist():
@@ -32,9 +40,10 @@ def test_kernel_sources_exist():
     assert {"activation.cu", "norm.cu"} <= names, f"kernel sources found: {sorted(names)}"
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
-def test_compiles_for_sm90(path, compiled):
-    result = compiled[path]
+@pytest.mark.parametrize(
+    "path", [pytest.param(p, marks=pytest.mark.compile(object_build(p)), id=p.name) for p in FILES])
+def test_compiles_for_sm90(path, nvcc_builds):
+    result = nvcc_builds.result(object_build(path))
     assert result.ok, f"nvcc {' '.join(compile_check.NVCC_FLAGS)} -c {path.name} failed:\n{result.output}"
 
 
@@ -61,14 +70,9 @@ def test_cli_reports_a_broken_file(tmp_path, nvcc):
     assert "FAILED broken.cu" in proc.stdout and "undefined_name" in proc.stdout
 
 
-HEADER_USERS = [p for p in FILES if '#include "' in p.read_text()]
-
-
 def test_shared_headers_are_inlined_for_nvrtc():
     """Kernel files share headers (ieee_f32.cuh, fp8_elements.cuh, vector_io.cuh, ...); the source handed to
     NVRTC has each of them inlined."""
-    from fastpath._cuda import kernel_source
-
     assert {"cast_fp8.cu", "fp8_block.cu", "mxfp8.cu", "nvfp4.cu", "activation.cu", "norm.cu"} <= {
         p.name for p in HEADER_USERS}
     for path in HEADER_USERS:
@@ -80,19 +84,13 @@ def test_shared_headers_are_inlined_for_nvrtc():
             assert all(line in source for line in code), f"{path.name}: {header} was not inlined"
 
 
-@pytest.mark.parametrize("path", HEADER_USERS, ids=[p.name for p in HEADER_USERS])
-def test_inlined_source_compiles_to_the_same_ptx(path, tmp_path, nvcc):
+@pytest.mark.parametrize("path", [
+    pytest.param(p, marks=pytest.mark.compile(object_build(p), inlined_ptx_build(p)), id=p.name)
+    for p in HEADER_USERS])
+def test_inlined_source_compiles_to_the_same_ptx(path, nvcc_builds):
     """What NVRTC compiles (headers inlined) is the code nvcc builds from the file and its headers."""
-    from fastpath._cuda import kernel_source
-
-    inlined = tmp_path / path.name
-    inlined.write_text(kernel_source(path.name))
-
-    def ptx(source: pathlib.Path) -> bytes:
-        out = tmp_path / (source.stem + ("_inlined" if source == inlined else "") + ".ptx")
-        result = subprocess.run([nvcc, *compile_check.NVCC_FLAGS, "-ptx", str(source), "-o", str(out)],
-                                capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        return out.read_bytes()
-
-    assert ptx(path) == ptx(inlined), f"{path.name}: inlining its headers changed the generated code"
+    from_file = nvcc_builds.result(object_build(path))
+    inlined = nvcc_builds.result(inlined_ptx_build(path))
+    assert from_file.ok and inlined.ok, from_file.output + inlined.output
+    assert from_file.ptx and inlined.ptx, f"{path.name}: nvcc wrote no PTX"
+    assert from_file.ptx == inlined.ptx, f"{path.name}: inlining its headers changed the generated code"

@@ -5,15 +5,14 @@ an NVFP4 quantize kernel on Blackwell rounds with. ptxas rejects it for sm_90 an
 Blackwell targets, so on the H200 each code takes a product and four exact fp32 operations
 (``e2m1_rne_min3`` in ``fastpath/kernels/nvfp4.cu``). ``benchmarks/nvfp4_issue_bound.py`` turns that cost into
 the issue-rate bound that ``docs/benchmarks.md`` reports. Needs only nvcc (CPU machines included; the ``nvcc``
-fixture: without it the tests fail when CI is set and skip otherwise).
+fixture: without it the tests fail when CI is set and skip otherwise). The three nvcc runs go with the other compile
+checks (``_nvcc_builds.py``).
 """
 
 from __future__ import annotations
 
-import pathlib
-import subprocess
-
 import pytest
+from _nvcc_builds import Build
 
 PACK_E2M1 = r"""
 extern "C" __global__ void pack_e2m1(const float* x, unsigned short* out) {
@@ -25,22 +24,18 @@ extern "C" __global__ void pack_e2m1(const float* x, unsigned short* out) {
 """
 
 
-def _compile(nvcc: str, tmp_path: pathlib.Path, target: str) -> subprocess.CompletedProcess:
-    source = tmp_path / "pack_e2m1.cu"
-    source.write_text(PACK_E2M1)
-    cmd = [nvcc, "-gencode", f"arch=compute_{target},code=sm_{target}", "-c", str(source),
-           "-o", str(tmp_path / f"pack_e2m1_{target}.o")]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+def pack_build(target: str) -> Build:
+    return Build("pack_e2m1.cu", ("-gencode", f"arch=compute_{target},code=sm_{target}"), "object", text=PACK_E2M1)
 
 
-@pytest.mark.parametrize("target", ["90", "90a"])
-def test_hopper_rejects_the_e2m1_conversion(nvcc, tmp_path, target):
-    done = _compile(nvcc, tmp_path, target)
-    message = done.stdout + done.stderr
-    assert done.returncode != 0, f"sm_{target} compiled cvt.rn.satfinite.e2m1x2.f32:\n{message}"
-    assert "e2m1x2" in message and f"sm_{target}" in message, message
+@pytest.mark.parametrize("target", [pytest.param(t, marks=pytest.mark.compile(pack_build(t))) for t in ["90", "90a"]])
+def test_hopper_rejects_the_e2m1_conversion(nvcc_builds, target):
+    done = nvcc_builds.result(pack_build(target))
+    assert not done.ok, f"sm_{target} compiled cvt.rn.satfinite.e2m1x2.f32:\n{done.output}"
+    assert "e2m1x2" in done.output and f"sm_{target}" in done.output, done.output
 
 
-def test_blackwell_accepts_the_e2m1_conversion(nvcc, tmp_path):
-    done = _compile(nvcc, tmp_path, "100a")
-    assert done.returncode == 0, f"sm_100a rejected cvt.rn.satfinite.e2m1x2.f32:\n{done.stdout + done.stderr}"
+@pytest.mark.compile(pack_build("100a"))
+def test_blackwell_accepts_the_e2m1_conversion(nvcc_builds):
+    done = nvcc_builds.result(pack_build("100a"))
+    assert done.ok, f"sm_100a rejected cvt.rn.satfinite.e2m1x2.f32:\n{done.output}"

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 import math
-import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import torch
+from _nvcc_builds import Build
 
 import refops
+from fastpath.compile_check import KERNEL_DIR, NVCC_FLAGS
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 FP8_DTYPES = [torch.float8_e4m3fn, torch.float8_e5m2]
@@ -281,31 +281,21 @@ def test_dequantize_float8_block(fastpath_backend, reference_backend, cuda, fp8_
 
 # ------------------------------------------------------------------ independence from -ftz
 QUANTIZE_KERNEL_FILES = ["cast_fp8.cu", "mxfp8.cu", "fp8_block.cu", "nvfp4.cu"]
+#: The fast path's nvcc flags with subnormals flushed: what CuPy's RawModule would compile with.
+FTZ_FLAGS = tuple(f for f in NVCC_FLAGS if not f.startswith("--ftz")) + ("--ftz=true",)
+FTZ_BUILDS = [Build(name, FTZ_FLAGS, "ptx", source=KERNEL_DIR / name) for name in QUANTIZE_KERNEL_FILES]
 
 
-def test_quantize_kernels_keep_subnormals_under_ftz(tmp_path):
+@pytest.mark.compile(*FTZ_BUILDS)
+def test_quantize_kernels_keep_subnormals_under_ftz(nvcc_builds):
     """CuPy appends ``-ftz=true`` to every NVRTC compile, after the caller's options, and NVRTC honours the
     last occurrence; the reference keeps subnormals. So the quantization kernels must not depend on the
     flag: compiled with ``--ftz=true`` their PTX holds no ``.ftz`` instruction. Runs wherever nvcc is."""
-    from fastpath.compile_check import KERNEL_DIR, NVCC_FLAGS, find_nvcc
-
-    nvcc = find_nvcc()
-    if nvcc is None:
-        pytest.skip("nvcc not found")
-    flags = [f for f in NVCC_FLAGS if not f.startswith("--ftz")] + ["--ftz=true"]
-
-    def ptx_of(name: str) -> str:
-        out = tmp_path / (name + ".ptx")
-        result = subprocess.run([nvcc, *flags, "-ptx", str(KERNEL_DIR / name), "-o", str(out)],
-                                capture_output=True, text=True)
-        assert result.returncode == 0, f"{name} does not compile with {flags}:\n{result.stderr}"
-        return out.read_text()
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        ptx = dict(zip(QUANTIZE_KERNEL_FILES, pool.map(ptx_of, QUANTIZE_KERNEL_FILES)))
-    for name, text in ptx.items():
-        flushing = [line.strip() for line in text.splitlines() if ".ftz" in line]
-        assert not flushing, (f"{name}: {len(flushing)} PTX instructions flush subnormals under --ftz=true, "
+    for build in FTZ_BUILDS:
+        result = nvcc_builds.result(build)
+        assert result.ok and result.ptx, f"{build.name} does not compile with {FTZ_FLAGS}:\n{result.output}"
+        flushing = [line.strip() for line in result.ptx.splitlines() if ".ftz" in line]
+        assert not flushing, (f"{build.name}: {len(flushing)} PTX instructions flush subnormals under --ftz=true, "
                               f"first: {flushing[0]}")
 
 

@@ -87,6 +87,32 @@ class CaseResult:
     passed: bool
     worst: str
     seconds: float
+    #: The worst comparison's error: max abs/rel error (element-wise tiers) or SQNR, with its criterion.
+    error: str = ""
+    #: Why the case did not run ("" when it ran).
+    skipped: str = ""
+
+
+def _skip_reason(recipe_name: Optional[str], dtype_name: str) -> str:
+    """Why a case of the matrix does not run ("" when it does)."""
+    if recipe_name is not None and dtype_name == "float32" and recipe_name.startswith("nvfp4"):
+        return "NVFP4 is checked in bfloat16 only, as TE's tests do"
+    return ""
+
+
+def _worst(report):
+    """The comparison furthest from passing: failures first, then the largest relative error (element-wise
+    tiers) or the lowest SQNR (the 'sqnr' tier), among the comparisons of the output's tier."""
+    tier = report["output"].tier
+    same = [c for c in report.comparisons if c.tier == tier] or report.comparisons
+    return max(same, key=lambda c: (not c.passed, -c.sqnr_db if c.tier == "sqnr" else c.max_rel_error))
+
+
+def _error_size(c) -> str:
+    """How far the comparison is from passing, in its own tier's terms."""
+    if c.tier == "sqnr":
+        return f"sqnr={c.sqnr_db:.1f}dB [{c.criterion}]"
+    return f"max_abs={c.max_abs_error:.2e} max_rel={c.max_rel_error:.2e} [{c.criterion}]"
 
 
 def _float64_twin(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
@@ -127,27 +153,33 @@ def _run_case(op: str, recipe_name: Optional[str], dtype: torch.dtype, device: t
     )
 
 
-def run_matrix(device: torch.device, *, fastpath: bool, ops_filter=None, recipes=None, dtypes=None, out=sys.stdout):
-    """Run every case, printing progress; returns the list of CaseResult."""
+def run_matrix(device: torch.device, *, fastpath: bool, ops_filter=None, recipes=None, dtypes=None, out=None):
+    """Run every case, printing progress over the cases that run; returns the run cases, then the skipped ones."""
+    out = out if out is not None else sys.stdout  # looked up now, so that a redirected stdout is honoured
     names = [n for n in CASES if not ops_filter or n in ops_filter]
     recipe_names = [None] + [r for r in RECIPE_NAMES if not recipes or r in recipes]
     dtype_names = [d for d in DTYPES if not dtypes or d in dtypes]
-    cases = [(o, r, d) for o in names for r in recipe_names for d in dtype_names]
+    planned = [(o, r, d) for o in names for r in recipe_names for d in dtype_names]
+    skipped = [
+        CaseResult(o, r or "none", d, False, "", 0.0, skipped=_skip_reason(r, d))
+        for o, r, d in planned
+        if _skip_reason(r, d)
+    ]
+    cases = [(o, r, d) for o, r, d in planned if not _skip_reason(r, d)]
     results = []
     for i, (op, recipe_name, dtype_name) in enumerate(cases, 1):
-        if recipe_name is not None and dtype_name == "float32" and recipe_name.startswith("nvfp4"):
-            continue  # NVFP4 runs in bf16 (as TE's tests)
         start = time.perf_counter()
         torch.manual_seed(0)
         report = _run_case(op, recipe_name, DTYPES[dtype_name], device, fastpath)
-        worst = max(report.comparisons, key=lambda c: (not c.passed, c.max_rel_error))
-        result = CaseResult(op, recipe_name or "none", dtype_name, report.ok, worst.name, time.perf_counter() - start)
+        worst = _worst(report)
+        result = CaseResult(op, recipe_name or "none", dtype_name, report.ok, worst.name, time.perf_counter() - start,
+                            error=_error_size(worst))
         results.append(result)
         bar = "#" * (20 * i // len(cases))
         print(f"\r[{bar:<20}] {i}/{len(cases)} {op} {result.recipe} {dtype_name}: "
               f"{'ok' if result.passed else 'FAIL'}".ljust(100), end="", file=out, flush=True)
     print(file=out)
-    return results
+    return results + skipped
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -171,9 +203,14 @@ def run(args: argparse.Namespace) -> int:
     mode = "fast path vs reference" if fastpath else "reference vs float64 torch (quantize-dequantized inputs)"
     print(f"refops check: {mode} on {device}")
     results = run_matrix(device, fastpath=fastpath, ops_filter=args.ops, recipes=args.recipes, dtypes=args.dtypes)
-    print(f"{'op':<12}{'recipe':<22}{'dtype':<10}{'result':<8}{'worst comparison':<32}{'seconds':>8}")
-    for r in results:
-        print(f"{r.op:<12}{r.recipe:<22}{r.dtype:<10}{'ok' if r.passed else 'FAIL':<8}{r.worst:<32}{r.seconds:>8.2f}")
-    failed = [r for r in results if not r.passed]
-    print(f"{len(results) - len(failed)}/{len(results)} cases passed")
+    ran = [r for r in results if not r.skipped]
+    skipped = [r for r in results if r.skipped]
+    print(f"{'op':<12}{'recipe':<22}{'dtype':<10}{'result':<8}{'seconds':>8}  {'worst comparison':<24}error")
+    for r in ran:
+        print(f"{r.op:<12}{r.recipe:<22}{r.dtype:<10}{'ok' if r.passed else 'FAIL':<8}{r.seconds:>8.2f}  "
+              f"{r.worst:<24}{r.error}")
+    for r in skipped:
+        print(f"skipped: {r.op} {r.recipe} {r.dtype}: {r.skipped}")
+    failed = [r for r in ran if not r.passed]
+    print(f"{len(ran) - len(failed)}/{len(ran)} cases passed, {len(skipped)} skipped")
     return 1 if failed else 0

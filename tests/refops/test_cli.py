@@ -33,7 +33,21 @@ def test_check_reference_against_float64(capsys):
                  "--recipes", "fp8_current_scaling", "nvfp4"])
     out = capsys.readouterr().out
     assert "reference vs float64 torch" in out
-    assert "6/6 cases passed" in out and code == 0
+    assert "6/6 cases passed, 0 skipped" in out and code == 0
+
+
+def test_check_progress_and_summary_agree_skips_are_listed_and_the_worst_error_is_shown(capsys):
+    code = main(["check", "--reference-only", "--ops", "gelu", "--dtypes", "float32", "bfloat16",
+                 "--recipes", "nvfp4"])
+    out = capsys.readouterr().out
+    progress = [line for line in out.replace("\r", "\n").splitlines() if line.startswith("[")]
+    assert progress[-1].split()[1] == "3/3"  # the total counts the cases that run...
+    assert "3/3 cases passed, 1 skipped" in out and code == 0  # ...and agrees with the summary
+    assert "skipped: gelu nvfp4 float32: NVFP4 is checked in bfloat16 only" in out
+    rows = [line for line in out.splitlines() if line.startswith("gelu ")]
+    assert len(rows) == 3
+    assert "max_abs=" in rows[0] and "max_rel=" in rows[0] and "[rtol=" in rows[0]  # high precision: element-wise
+    assert "sqnr=" in rows[2] and "dB [SQNR >= 10 dB]" in rows[2]  # quantized: the SQNR and its floor
 
 
 def test_bench_says_why_it_cannot_run_without_a_gpu(capsys):

@@ -4,7 +4,7 @@
 ``te.autocast(recipe=...)``, ``te.quantized_model_init(...)``.
 """
 
-from . import ops, recipe
+from . import common, ops, recipe
 from .kernels import use_backend
 from .quantization import (
     DType,
@@ -44,6 +44,7 @@ __all__ = [
     "Quantizer",
     "QuantizerRole",
     "autocast",
+    "common",
     "fp8_autocast",
     "fp8_model_init",
     "get_default_recipe",

@@ -8,6 +8,7 @@ import torch
 import refops as te
 from refops.ops import fused
 from refops.ops.fuser import OperationFuser
+from refops.testing import dtype_tols
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -115,13 +116,25 @@ def test_fused_math_equals_unfused_composition(name, dtype, device, request):
     plain_out = _run(plain_model, x, extra)
     basic_names = [type(op).__name__ for op in plain_model._module_groups[0]._basic_ops]
     assert _plan(plain_model) == (basic_names, basic_names)  # really unfused
+
+    def same(a, b, what):
+        # Fused ops round once (fp32 intermediates, as TE's kernels), the composition after each op.
+        # In fp32 they agree bit for bit, except where the scale is the GEMMs' alpha instead of scaling
+        # dy first. In fp16/bf16 they differ by a few roundings of the largest intermediate (so normwise;
+        # test_fused_precision.py holds each of them elementwise to float64).
+        if dtype == torch.float32 and name != "linear_scale_backward":
+            assert torch.equal(a, b), what
+        else:
+            rtol = dtype_tols(dtype)["rtol"]
+            torch.testing.assert_close(a, b, rtol=rtol, atol=4 * rtol * float(b.abs().max()), msg=what)
+
     for a, b in zip(fused_out[0], plain_out[0]):
-        assert torch.equal(a, b)
-    assert torch.equal(fused_out[1], plain_out[1])
+        same(a, b, "output")
+    same(fused_out[1], plain_out[1], "dx")
     for a, b in zip(fused_out[2], plain_out[2]):
-        assert torch.equal(a, b)
+        same(a, b, "d(extra)")
     for (n, p), q in zip(fused_model.named_parameters(), plain_model.parameters()):
-        assert torch.equal(p.grad, q.grad), n
+        same(p.grad, q.grad, n)
 
 
 def test_forward_linear_bias_activation_never_fuses_fp32(device):

@@ -44,6 +44,11 @@ class BasicLinear(QuantizedWeights, BasicOperation):
     delayed-scaling ``Float8Quantizer`` (as in TE); for every other quantizer the
     next op quantizes its own input, with identical bytes (TE raises instead).
 
+    Fused ops may set two requests on this op's context before calling its
+    forward or backward (:mod:`refops.ops.fused.one_rounding`): ``gemm_alpha``
+    scales the GEMMs' products, and ``gemm_out_fp32`` keeps the output (forward)
+    or dgrad (backward) in fp32, unquantized, for the fused op's one rounding.
+
     Args:
         in_features, out_features: sizes of the input's and output's last dim.
         device: where the weight lives; ``"meta"`` defers allocation to the first
@@ -197,7 +202,8 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         else:
             w_op = maybe_dequantize(weight, dtype)
         x_local, x_op = self._forward_input(x, dtype, input_quantizer, weight_requires_grad and override is None)
-        y = current_backend().gemm(x_op, w_op, trans_b=True, out_dtype=dtype)
+        y = current_backend().gemm(x_op, w_op, trans_b=True, alpha=getattr(ctx, "gemm_alpha", 1.0),
+                                   out_dtype=torch.float32 if getattr(ctx, "gemm_out_fp32", False) else dtype)
         out_lead = tp.gathered_shape(input_.shape, cfg.size)[:-1] if cfg.gathers_input else input_.shape[:-1]
         y = y.reshape(*out_lead, self.local_out_features)
         if cfg.mode == "row":  # TE drops the output quantizer: the sum is taken in high precision
@@ -250,6 +256,9 @@ class BasicLinear(QuantizedWeights, BasicOperation):
     ) -> tuple[Optional[torch.Tensor], list[Optional[torch.Tensor]]]:
         x, w = ctx.saved_tensors
         cfg, name = self._tp, type(self).__name__
+        # A custom fused op may fill the context without the input shape (TE's contract does not ask for it).
+        input_shape = getattr(ctx, "input_shape", None) or (*grad_output.shape[:-1], self.local_in_features)
+        alpha, out_fp32 = getattr(ctx, "gemm_alpha", 1.0), getattr(ctx, "gemm_out_fp32", False)
         quantized = ctx.with_quantized_compute
         dy = _flatten(grad_output, self.local_out_features)
         if cfg.gathers_grad_output:
@@ -272,20 +281,22 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         kernels = current_backend()
         dx = None
         if ctx.input_requires_grad:
-            dx = kernels.gemm(dy, w, out_dtype=ctx.dtype)
+            dx = kernels.gemm(dy, w, alpha=alpha, out_dtype=torch.float32 if out_fp32 else ctx.dtype)
             if cfg.mode == "column":
-                full_shape = tp.gathered_shape(ctx.input_shape, cfg.size) if cfg.sequence_parallel else ctx.input_shape
+                full_shape = tp.gathered_shape(input_shape, cfg.size) if cfg.sequence_parallel else input_shape
                 dx = tp.reduce_grad_input(cfg, dx.reshape(full_shape), name)
-            dx = dx.reshape(ctx.input_shape)
-            if isinstance(ctx.grad_input_quantizer, Float8Quantizer):
+            dx = dx.reshape(input_shape)
+            if isinstance(ctx.grad_input_quantizer, Float8Quantizer) and not out_fp32:
                 dx = ctx.grad_input_quantizer(dx)
-        dw = self._weight_grad(kernels, dy, x, ctx.dtype) if ctx.weight_requires_grad else None
+        dw = self._weight_grad(kernels, dy, x, ctx.dtype, alpha) if ctx.weight_requires_grad else None
         return dx, [dw]
 
-    def _weight_grad(self, kernels, dy: torch.Tensor, x: torch.Tensor, dtype: torch.dtype) -> Optional[torch.Tensor]:
+    def _weight_grad(
+        self, kernels, dy: torch.Tensor, x: torch.Tensor, dtype: torch.dtype, alpha: float = 1.0
+    ) -> Optional[torch.Tensor]:
         """``dW = dy^T x``, or its accumulation into ``weight.main_grad``."""
         if not self._accumulate_into_main_grad:
-            return kernels.gemm(dy, x, trans_a=True, out_dtype=dtype)
+            return kernels.gemm(dy, x, trans_a=True, alpha=alpha, out_dtype=dtype)
         weight = self.weight
         main_grad = getattr(weight, "main_grad", None)
         if main_grad is None:
@@ -294,7 +305,8 @@ class BasicLinear(QuantizedWeights, BasicOperation):
                 "but weight parameter does not have a valid main_grad attribute"
             )
         overwrite = getattr(weight, "overwrite_main_grad", False)
-        kernels.gemm(dy, x, trans_a=True, out_dtype=main_grad.dtype, out=main_grad, accumulate=not overwrite)
+        kernels.gemm(dy, x, trans_a=True, alpha=alpha, out_dtype=main_grad.dtype, out=main_grad,
+                     accumulate=not overwrite)
         if hasattr(weight, "grad_added_to_main_grad"):
             weight.grad_added_to_main_grad = True
             return torch.zeros_like(weight)

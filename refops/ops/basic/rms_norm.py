@@ -74,9 +74,18 @@ class RMSNorm(Normalization):
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor, list[Optional[torch.Tensor]]]:
+        dx, dw = self.backward_fp32(ctx, grad_output)
+        return dx.to(ctx.dtype), [dw]
+
+    def backward_fp32(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dx, dgamma)`` with ``dx`` still in fp32, as the kernel holds it before its one rounding.
+
+        A fusion that adds to ``dx`` (``BackwardAddRMSNorm``) adds in fp32 and
+        rounds once, as TE's ``rmsnorm_bwd_add``. ``dgamma`` is in the compute dtype.
+        """
         x, rstd = ctx.saved_tensors
-        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(x.shape)
+        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(x.shape).float()  # exact: the kernel computes in fp32
         dx, dw = current_backend().rms_norm_backward(
             dy, x, rstd, to_compute_dtype(self.weight, ctx.dtype), zero_centered_gamma=self.zero_centered_gamma
         )
-        return dx.reshape(grad_output.shape), [dw.reshape(self._shape)]
+        return dx.reshape(grad_output.shape), dw.reshape(self._shape)

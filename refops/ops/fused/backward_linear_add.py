@@ -10,6 +10,7 @@ from ..basic.basic_linear import BasicLinear
 from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.make_extra_output import MakeExtraOutput
 from ..op import FusedOperation, OperationContext
+from .one_rounding import add_grad_and_round, backward_fp32
 from .rules import Condition, FusionRule
 
 __all__ = ["BackwardLinearAdd", "RULE", "BackwardThenAddExtraOutputGrad"]
@@ -18,8 +19,9 @@ __all__ = ["BackwardLinearAdd", "RULE", "BackwardThenAddExtraOutputGrad"]
 class BackwardThenAddExtraOutputGrad(FusedOperation):
     """Backward-only fusions of ``MakeExtraOutput`` + an op: the op's backward, then the extra grad added.
 
-    They consume the contexts the unfused forwards filled. The reference computes
-    this composition; a fast path may fold the add into the op's kernel.
+    They consume the contexts the unfused forwards filled. As TE's kernels (GEMM
+    with beta = 1, ``rmsnorm_bwd_add``), the op's ``dx`` stays in fp32 until the
+    extra grad is added, then is rounded once.
     """
 
     def fuser_backward(
@@ -30,10 +32,9 @@ class BackwardThenAddExtraOutputGrad(FusedOperation):
         basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
     ) -> tuple[Optional[torch.Tensor], list[tuple], list[tuple[()]]]:
         add, op = self.basic_ops
-        dx, grads = op.op_backward(basic_op_ctxs[1], grad_output)
-        dx, _, _ = add.fuser_backward(
-            [basic_op_ctxs[0]], dx, basic_op_grad_extra_outputs=[basic_op_grad_extra_outputs[0]]
-        )
+        dx, grads = backward_fp32(op, basic_op_ctxs[1], grad_output)
+        (grad_extra,) = basic_op_grad_extra_outputs[0]
+        dx = add_grad_and_round(dx, grad_extra, dtype=basic_op_ctxs[1].dtype, in_place=add._in_place)
         return dx, [(), tuple(grads)], [(), ()]
 
 

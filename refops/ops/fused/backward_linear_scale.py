@@ -10,6 +10,7 @@ from ..basic.basic_linear import BasicLinear
 from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.constant_scale import ConstantScale
 from ..op import FusedOperation, OperationContext
+from .one_rounding import gemm_requests
 from .rules import Condition, FusionRule
 
 __all__ = ["BackwardLinearScale", "RULE"]
@@ -18,8 +19,8 @@ __all__ = ["BackwardLinearScale", "RULE"]
 class BackwardLinearScale(FusedOperation):
     """Backward-only: dgrad and wgrad of ``d(linear out) = scale * dy``.
 
-    The reference computes the composition (scale, then the linear backward); a
-    fast path may fold the scale into the GEMMs' alpha.
+    As TE, the scale is the GEMMs' alpha: ``dx = round(scale * dy W)`` and
+    ``dW = round(scale * dy^T x)``, one rounding each (not ``scale * dy`` rounded first).
     """
 
     def __init__(self, *, linear: BasicLinear, scale: ConstantScale) -> None:
@@ -34,8 +35,8 @@ class BackwardLinearScale(FusedOperation):
         basic_op_grad_extra_outputs: list[tuple[torch.Tensor, ...]],
     ) -> tuple[Optional[torch.Tensor], list[tuple], list[tuple[()]]]:
         linear, scale = self.basic_ops
-        dy, _ = scale.op_backward(basic_op_ctxs[1], grad_output)
-        dx, (dw,) = linear.op_backward(basic_op_ctxs[0], dy)
+        with gemm_requests(basic_op_ctxs[0], alpha=scale.scale, out_fp32=False):  # alpha on both GEMMs
+            dx, (dw,) = linear.op_backward(basic_op_ctxs[0], grad_output)
         return dx, [(dw,), ()], [(), ()]
 
 

@@ -10,6 +10,7 @@ from ..basic.basic_linear import BasicLinear
 from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
+from .one_rounding import epilogue_fp32, linear_forward_fp32
 from .rules import Condition, FusionRule
 
 __all__ = ["ForwardLinearBiasActivation", "RULE"]
@@ -41,21 +42,14 @@ class ForwardLinearBiasActivation(FusedOperation):
         basic_op_kwargs: list[dict[str, Any]],
     ) -> tuple[torch.Tensor, list[tuple[()]]]:
         linear = self.basic_ops[0]
-        y = linear.op_forward(
-            basic_op_ctxs[0],
-            input_,
-            prev_op_grad_output_quantizer=prev_op_grad_output_quantizer,
-            next_op_input_quantizer=None,
-            **basic_op_kwargs[0],
-        )
-        if len(self.basic_ops) == 2:
-            y = self.basic_ops[1].op_forward(
-                basic_op_ctxs[1],
-                y,
-                prev_op_grad_output_quantizer=linear.get_grad_output_quantizer(),
-                next_op_input_quantizer=next_op_input_quantizer,
-                **basic_op_kwargs[1],
-            )
+        y = linear_forward_fp32(linear, basic_op_ctxs[0], input_,
+                                prev_op_grad_output_quantizer=prev_op_grad_output_quantizer, kwargs=basic_op_kwargs[0])
+        dtype = basic_op_ctxs[0].dtype
+        if len(self.basic_ops) == 2:  # the bias epilogue, on the fp32 accumulator
+            y = epilogue_fp32(self.basic_ops[1], basic_op_ctxs[1], y, dtype=dtype,
+                              prev_op_grad_output_quantizer=linear.get_grad_output_quantizer(),
+                              kwargs=basic_op_kwargs[1])
+        y = y.to(dtype)  # the one rounding
         return y, [() for _ in self.basic_ops]
 
 

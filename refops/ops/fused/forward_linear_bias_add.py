@@ -6,11 +6,12 @@ from typing import Any, Optional
 
 import torch
 
-from ..basic.add_extra_input import AddExtraInput
+from ..basic.add_extra_input import AddExtraInput, check_same_layout
 from ..basic.basic_linear import BasicLinear
 from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
+from .one_rounding import epilogue_fp32, linear_forward_fp32
 from .rules import Condition, FusionRule
 
 __all__ = ["ForwardLinearBiasAdd", "RULE", "ComputeThenAddInPlace"]
@@ -20,8 +21,8 @@ class ComputeThenAddInPlace(FusedOperation):
     """Forward-only fusions that end in an in-place ``AddExtraInput``: run the compute ops, then add.
 
     Contract as for every forward-only fusion: each basic op's context holds what
-    its own forward saves. The reference computes the composition; a fast path
-    may accumulate inside the GEMM (beta = 1, alpha = scale).
+    its own forward saves. As TE's GEMM (alpha = scale, bias epilogue, beta = 1),
+    the product, bias, scale and extra input are summed in fp32 and rounded once.
     """
 
     def fuser_forward(
@@ -34,20 +35,22 @@ class ComputeThenAddInPlace(FusedOperation):
         next_op_input_quantizer: Any,
         basic_op_kwargs: list[dict[str, Any]],
     ) -> tuple[torch.Tensor, list[tuple[()]]]:
-        *compute, add = self.basic_ops
-        y = input_
-        prev_q = prev_op_grad_output_quantizer
-        for op, ctx, kwargs in zip(compute, basic_op_ctxs, basic_op_kwargs):
-            y = op.op_forward(ctx, y, prev_op_grad_output_quantizer=prev_q, next_op_input_quantizer=None, **kwargs)
-            prev_q = op.get_grad_output_quantizer()
-        y, _ = add.fuser_forward(
-            [basic_op_ctxs[-1]],
-            y,
-            basic_op_extra_inputs=[basic_op_extra_inputs[-1]],
-            prev_op_grad_output_quantizer=prev_q,
-            next_op_input_quantizer=next_op_input_quantizer,
-            basic_op_kwargs=[basic_op_kwargs[-1]],
-        )
+        linear, *epilogues, add = self.basic_ops
+        y = linear_forward_fp32(linear, basic_op_ctxs[0], input_,
+                                prev_op_grad_output_quantizer=prev_op_grad_output_quantizer, kwargs=basic_op_kwargs[0])
+        dtype = basic_op_ctxs[0].dtype
+        for i, op in enumerate(epilogues, start=1):  # bias and/or alpha, on the fp32 accumulator
+            y = epilogue_fp32(op, basic_op_ctxs[i], y, dtype=dtype,
+                              prev_op_grad_output_quantizer=linear.get_grad_output_quantizer(),
+                              kwargs=basic_op_kwargs[i])
+        if basic_op_kwargs[-1]:
+            raise TypeError(f"{type(add).__name__}: unexpected forward kwargs {sorted(basic_op_kwargs[-1])}")
+        (extra,) = basic_op_extra_inputs[-1]
+        check_same_layout(type(add).__name__, "the extra input", extra,
+                          torch.empty((), dtype=dtype, device=y.device).expand(y.shape), "the input")
+        output = extra.detach()
+        output += y  # beta = 1: fp32 sum, one rounding on store (a quantized extra input is re-quantized)
+        y = output
         return y, [() for _ in self.basic_ops]
 
 

@@ -120,12 +120,15 @@ def quantize_shard(tensor: torch.Tensor, quantizer: Quantizer, *, columnwise: bo
 
     Quantized (with ``quantizer``'s amax reduction) when its block grid aligns with dim 0,
     else left in high precision (it is then gathered first and quantized after). Per-tensor
-    FP8 keeps row-wise data only: its transpose is rebuilt after the gather.
+    FP8 keeps row-wise data only: its transpose is rebuilt after the gather. A shard that a
+    neighbour already quantized is kept, unless its blocks do not align: then it is
+    dequantized and takes the high-precision route (TE's fallback).
     """
-    if isinstance(tensor, QuantizedTensor):
-        return tensor
     per_tensor = isinstance(quantizer, _PerTensorQuantizer)
-    if not shard_aligned(quantizer, tensor.shape, columnwise=columnwise and not per_tensor):
+    aligned = shard_aligned(quantizer, tensor.shape, columnwise=columnwise and not per_tensor)
+    if isinstance(tensor, QuantizedTensor):
+        return tensor if aligned else tensor.dequantize()
+    if not aligned:
         return tensor
     local = quantizer.copy()
     local.set_usage(rowwise=True, columnwise=columnwise and not per_tensor)

@@ -44,8 +44,9 @@ def make_case(kind: str, mode: Optional[str], sp: bool, dtype: torch.dtype, *, w
               bias: bool = True, recipe: Optional[str] = None, steps: int = 1) -> dict[str, Any]:
     """Full tensors and the float64 reference of one case.
 
-    ``kind``: "basic_linear" (no bias), "linear", or "mlp" (GELU, column Linear, GELU, row
-    Linear, GELU). Row-mode biases are per rank, shape ``(world, out)``: the effective bias
+    ``kind``: "basic_linear" (no bias), "linear", "ln_linear" (LayerNorm with its initial
+    ones/zeros, then a Linear: under a recipe the norm quantizes the linear's input), or
+    "mlp" (GELU, column Linear, GELU, row Linear, GELU). Row-mode biases are per rank, shape ``(world, out)``: the effective bias
     is their sum (TE's reference does ``b.sum(0)``).
     """
     g = torch.Generator().manual_seed(seed)
@@ -58,7 +59,7 @@ def make_case(kind: str, mode: Optional[str], sp: bool, dtype: torch.dtype, *, w
         case["b2"] = representable((world, out_features), dtype, g)
     else:
         case["w"] = representable((out_features, in_features), dtype, g, in_features ** -0.5)
-        if kind == "linear" and bias:
+        if kind in ("linear", "ln_linear") and bias:
             case["b"] = representable((world, out_features) if mode == "row" else (out_features,), dtype, g)
     case["dy"] = representable((batch, out_features), dtype, g)
     case["reference"] = _reference(case)
@@ -73,6 +74,8 @@ def _reference(case: dict[str, Any]) -> dict[str, torch.Tensor]:
         h = F.gelu(x, approximate="tanh") @ leaves["w1"].t() + leaves["b1"]
         y = F.gelu(F.gelu(h, approximate="tanh") @ leaves["w2"].t() + leaves["b2"].sum(0), approximate="tanh")
     else:
+        if case["kind"] == "ln_linear":
+            x = F.layer_norm(x, x.shape[-1:], eps=1e-5)
         y = x @ leaves["w"].t()
         if "b" in leaves:
             y = y + (leaves["b"].sum(0) if leaves["b"].dim() == 2 else leaves["b"])
@@ -128,9 +131,12 @@ def build_model(case: dict[str, Any], device: torch.device, group: Any = None) -
     if kind == "basic_linear":
         out_f, in_f = case["w"].shape
         return refops.ops.BasicLinear(in_f, out_f, tensor_parallel_mode=mode, **tp)
-    if kind == "linear":
+    if kind in ("linear", "ln_linear"):
         out_f, in_f = case["w"].shape
-        return refops.ops.Linear(in_f, out_f, bias=case["bias"], tensor_parallel_mode=mode, **tp)
+        linear = refops.ops.Linear(in_f, out_f, bias=case["bias"], tensor_parallel_mode=mode, **tp)
+        if kind == "linear":
+            return linear
+        return refops.ops.Sequential(refops.ops.LayerNorm(in_f, device=device, dtype=dtype), linear)
     hidden, in_f = case["w1"].shape
     out_f = case["w2"].shape[0]
     return refops.ops.Sequential(
@@ -145,9 +151,10 @@ def build_model(case: dict[str, Any], device: torch.device, group: Any = None) -
 def _parameters(case: dict[str, Any], model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
     if case["kind"] == "mlp":
         return {"w1": model[1].weight, "b1": model[1].bias, "w2": model[3].weight, "b2": model[3].bias}
-    params = {"w": model.weight}
+    linear = model[1] if case["kind"] == "ln_linear" else model
+    params = {"w": linear.weight}
     if "b" in case:
-        params["b"] = model.bias
+        params["b"] = linear.bias
     return params
 
 

@@ -162,3 +162,36 @@ def test_tensor_parallel_linear_under_autocast(ranks, device_type, recipe):
             for key in ("amax", "scale"):
                 if key in results[0][i]:
                     assert torch.equal(results[0][i][key], results[1][i][key]), f"{label}: {key}"
+
+
+def _norm_then_gather(rank: int, world: int, device_type: str, recipes: tuple[str, ...]) -> dict:
+    """LayerNorm -> column Linear, with SP (the norm quantizes the shard, the linear gathers it) and
+    without (the norm quantizes the full input); same parameters, same data."""
+    device = rank_device(rank, device_type)
+    out = {}
+    for recipe in recipes:
+        for sp in (True, False):
+            case = make_case("ln_linear", "column", sp, torch.bfloat16, world=WORLD, seed=7, batch=64,
+                             in_features=64, out_features=64, recipe=recipe)
+            out[recipe, sp] = run_case(case, rank, world, device)
+    return out
+
+
+NORM_RECIPES = ("fp8_current_scaling", "fp8_delayed_scaling", "mxfp8", "nvfp4", "fp8_block_scaling")
+
+
+def test_a_norm_quantized_shard_gathers_like_the_full_input(ranks, device_type):
+    """With SP the linear gathers the norm's quantized shards; that equals quantizing the full norm output,
+    so SP and non-SP runs agree bit for bit (FP8 block scaling: 32-row shards take TE's high-precision
+    fallback, so only within tolerance)."""
+    results = ranks(_norm_then_gather, device_type, NORM_RECIPES)
+    for rank, got in enumerate(results):
+        for recipe in NORM_RECIPES:
+            sp, full = got[recipe, True], got[recipe, False]
+            pairs = {"y": (sp["y"], full["y"]), "dw": (sp["dw"], full["dw"]), "db": (sp["db"], full["db"]),
+                     "dx": (sp["dx"], full["dx"].chunk(WORLD)[rank])}
+            for name, (a, b) in pairs.items():
+                if recipe == "fp8_block_scaling":
+                    torch.testing.assert_close(a, b, **quantization_tols(recipe), msg=f"{recipe} {name}")
+                else:
+                    assert torch.equal(a, b), f"{recipe} rank {rank}: {name} differs between SP and non-SP"

@@ -1,8 +1,10 @@
 """Sphinx configuration for the refops documentation (MyST Markdown, autodoc, Mermaid).
 
-Build: ``sphinx-build -W --keep-going -b html docs docs/_build/html``. Diagrams and
+Build: ``python3 -m sphinx -W --keep-going -b html docs docs/_build/html``. Diagrams and
 figures are generated from refops itself at the start of every build
 (``docs/_ext/refops_artifacts.py``), into ``docs/_generated/`` (ignored by git).
+The built pages load no script from the network: Mermaid and MathJax come from pinned packages
+(``docs/_ext/mermaid_offline.py``, ``sphinx-mathjax-offline``), so the docs read offline too.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ extensions = [
     "sphinx.ext.napoleon",
     "sphinx.ext.mathjax",
     "sphinxcontrib.mermaid",
+    "mermaid_offline",  # after sphinxcontrib.mermaid: replaces its CDN loader with the local script
+    "sphinx-mathjax-offline",  # MathJax from the package, not from a CDN
     "refops_artifacts",
 ]
 

@@ -108,28 +108,29 @@ def _plan(model) -> tuple[list[str], list[str]]:
     return [type(op).__name__ for op, _ in fuser._forward_ops], [type(op).__name__ for op, _ in fuser._backward_ops]
 
 
-def _fusions(rank: int, world: int) -> dict:
+def _fusions(rank: int, world: int, device_type: str) -> dict:
     from refops.ops.fused import BackwardLinearAdd, ForwardLinearBiasActivation
 
-    bf16 = dict(dtype=torch.bfloat16, device="cpu")
+    device = rank_device(rank, device_type)
+    bf16 = dict(dtype=torch.bfloat16, device=device)
     out = {}
     torch.manual_seed(0)
     mlp = refops.ops.Sequential(
         refops.ops.Linear(16, 16, tensor_parallel_mode="column", sequence_parallel=True, **bf16),
         refops.ops.Linear(16, 16, tensor_parallel_mode="row", sequence_parallel=True, **bf16),
     )
-    x = torch.rand(4, 16, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.rand(4, 16, dtype=torch.bfloat16, device=device, requires_grad=True)
     y = mlp(x)
     y.backward(torch.ones_like(y))
     out["mlp"] = _plan(mlp)
     row = refops.ops.Sequential(refops.ops.BasicLinear(16, 16, tensor_parallel_mode="row", **bf16),
                                 refops.ops.Bias(16, **bf16))
-    row(torch.rand(4, 8, dtype=torch.bfloat16))
+    row(torch.rand(4, 8, **bf16))
     out["row_linear_bias"] = _plan(row)
     column = refops.ops.Sequential(refops.ops.MakeExtraOutput(in_place=True),
                                    refops.ops.BasicLinear(16, 16, tensor_parallel_mode="column", **bf16),
                                    refops.ops.ConstantScale(0.5))
-    column(torch.rand(4, 16, dtype=torch.bfloat16))
+    column(torch.rand(4, 16, **bf16))
     out["column_backward"] = _plan(column)
     refusals = {}
     try:
@@ -144,10 +145,10 @@ def _fusions(rank: int, world: int) -> dict:
     return out
 
 
-def test_fusions_carry_or_leave_tensor_parallel_comms(ranks):
+def test_fusions_carry_or_leave_tensor_parallel_comms(ranks, device_type):
     """Fused ops around comm ops: column TP fuses the forward (it carries the gather), row TP and
     column-TP backward fusions do not fire, and building them by hand is TE's refusal."""
-    for got in ranks(_fusions):
+    for got in ranks(_fusions, device_type):
         forward, backward = got["mlp"]
         assert forward == ["ForwardLinearBiasActivation", "ForwardLinearBiasActivation", "ReduceScatter"]
         assert backward == ["BasicLinear", "Bias", "BasicLinear", "Bias", "ReduceScatter"]

@@ -62,10 +62,16 @@ class Float8Format:
     torch_dtype: torch.dtype
     max: float
 
-    def quantize(self, v: torch.Tensor) -> torch.Tensor:
-        """``Q_F(v)``: fp32 to FP8, round-to-nearest-even, saturating, NaN kept."""
-        v = v.to(torch.float32)
-        clamped = torch.where(torch.isnan(v), v, v.clamp(-self.max, self.max))
+    def quantize(self, v: torch.Tensor, *, overwrite: bool = False) -> torch.Tensor:
+        """``Q_F(v)``: fp32 to FP8, round-to-nearest-even, saturating, NaN kept.
+
+        ``clamp`` keeps NaN, so clamping to ``±max`` and casting is the whole rule.
+        ``overwrite=True`` lets the clamp happen in ``v`` itself (an fp32 temporary
+        of the caller's), which saves writing a second copy of the tensor.
+        """
+        if v.dtype != torch.float32:
+            v, overwrite = v.to(torch.float32), True
+        clamped = v.clamp_(-self.max, self.max) if overwrite else v.clamp(-self.max, self.max)
         return clamped.to(self.torch_dtype)
 
     def to_fp32(self, q: torch.Tensor) -> torch.Tensor:
@@ -89,22 +95,21 @@ def e8m0_from_fp32(v: torch.Tensor) -> torch.Tensor:
     (a block amax times ``1/fmax``).
     """
     v = v.to(torch.float32)
-    bits = bits_from_fp32(v).to(torch.int64) & 0x7FFFFFFF
+    bits = bits_from_fp32(v) & 0x7FFFFFFF
     exponent = bits >> 23
     mantissa = bits & 0x7FFFFF
-    round_up = (mantissa > 0) & (exponent != 254) & ~((exponent == 0) & (mantissa <= 0x400000))
-    e = exponent + round_up.to(torch.int64)
-    e = torch.where(v == 0, torch.zeros_like(e), e)
-    e = torch.where(torch.isinf(v), torch.full_like(e, 0xFE), e)
-    e = torch.where(torch.isnan(v), torch.full_like(e, 0xFF), e)
+    round_up = (mantissa > 0) & (exponent != 254) & ((exponent != 0) | (mantissa > 0x400000))
+    e = exponent + round_up  # 0 stays 0: its E and m are 0
+    # E = 255 is inf (m = 0: 0xFE) or NaN (m > 0: 0xFF).
+    e = torch.where(exponent == 255, 0xFE + (mantissa > 0).to(torch.int32), e)
     return e.to(torch.uint8)
 
 
 def e8m0_to_fp32(e: torch.Tensor) -> torch.Tensor:
     """``2^(e-127)``: ``e = 0`` gives ``2^-127`` (a subnormal), ``e = 255`` gives NaN."""
-    e = e.to(torch.int64)
-    bits = torch.where(e == 0, torch.full_like(e, 0x00400000), e << 23)
-    bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
+    e = e.to(torch.int32)
+    bits = torch.where(e == 0, 0x00400000, e << 23)
+    bits = torch.where(e == 255, 0x7FC00000, bits)
     return fp32_from_bits(bits)
 
 
@@ -113,10 +118,10 @@ def e8m0_encode_multiplier(e: torch.Tensor) -> torch.Tensor:
 
     ``e = 254`` gives ``2^-127``, ``e = 0`` gives ``2^127``, ``e = 255`` gives NaN.
     """
-    e = e.to(torch.int64)
+    e = e.to(torch.int32)
     biased = 254 - e  # exponent field of 2^(127-e)
-    bits = torch.where(biased >= 1, biased << 23, torch.full_like(e, 0x00400000))
-    bits = torch.where(e == 255, torch.full_like(e, 0x7FC00000), bits)
+    bits = torch.where(biased >= 1, biased << 23, 0x00400000)
+    bits = torch.where(e == 255, 0x7FC00000, bits)
     return fp32_from_bits(bits)
 
 
@@ -131,17 +136,25 @@ _E2M1_TIE_CODES = (0, 2, 2, 4, 4, 6, 6)
 
 
 def _magnitude_code_rne(a: torch.Tensor) -> torch.Tensor:
-    code = torch.zeros(a.shape, dtype=torch.int64, device=a.device)
+    """The 3-bit code of ``|v|`` (``a``, non-negative or NaN): the number of interval bounds it passes.
+
+    Bound ``i`` separates codes ``i`` and ``i + 1``. A value above it passes it; a
+    value equal to it is a tie and passes it only when ``i + 1`` is the even code.
+    Values above 5 pass every bound (code 7 = 6, satfinite); NaN passes none.
+    """
+    code = torch.zeros(a.shape, dtype=torch.uint8, device=a.device)
+    passed = torch.empty(a.shape, dtype=torch.bool, device=a.device)
     for i, bound in enumerate(_E2M1_BOUNDS):
-        code = torch.where(a > bound, torch.full_like(code, i + 1), code)
-        code = torch.where(a == bound, torch.full_like(code, _E2M1_TIE_CODES[i]), code)
+        tie_goes_up = _E2M1_TIE_CODES[i] == i + 1
+        (torch.ge if tie_goes_up else torch.gt)(a, bound, out=passed)
+        code += passed
     return code
 
 
 def _with_sign(code: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    negative = torch.signbit(v) & ~torch.isnan(v)
-    code = code + 8 * negative.to(torch.int64)
-    return torch.where(torch.isnan(v), torch.full_like(code, 7), code).to(torch.uint8)
+    """Bit 3 from ``v``'s sign (so ``-0`` gives 8); NaN gives 7 (+6). Updates ``code`` (uint8) in place."""
+    code.add_(torch.signbit(v), alpha=8)
+    return code.masked_fill_(torch.isnan(v), 7)
 
 
 def e2m1_round_nearest_even(v: torch.Tensor) -> torch.Tensor:
@@ -173,11 +186,8 @@ def e2m1_stochastic_round(v: torch.Tensor, random_bytes: torch.Tensor) -> torch.
     step_t = _sr_step(t)
     q = torch.clamp_max(torch.floor(t / step_t) * step_t, E2M1_MAX)
     q = torch.where(torch.isnan(t), torch.full_like(q, E2M1_MAX), q)
-    # q is exactly representable: its code is the index of its value.
-    code = torch.zeros(q.shape, dtype=torch.int64, device=q.device)
-    for i, value in enumerate(E2M1_VALUES):
-        code = torch.where(q == value, torch.full_like(code, i), code)
-    return _with_sign(code, v)
+    # q is on the E2M1 grid, so rounding it to nearest gives its own code.
+    return _with_sign(_magnitude_code_rne(q), v)
 
 
 def e2m1_to_fp32(codes: torch.Tensor) -> torch.Tensor:

@@ -14,6 +14,7 @@ from ...formats import E4M3, E5M2, Float8Format, bits_from_fp32, fp32_from_bits
 
 __all__ = [
     "float8_format",
+    "abs_max",
     "amax",
     "compute_scale_from_amax",
     "reciprocal_rn",
@@ -35,17 +36,40 @@ def float8_format(fp8_dtype: torch.dtype) -> Float8Format:
         raise ValueError(f"unsupported FP8 dtype {fp8_dtype}; expected torch.float8_e4m3fn or torch.float8_e5m2")
 
 
+def _may_hold_nan(t: torch.Tensor) -> bool:
+    """Whether ``t`` holds a NaN. Reading that on the host is refused while a CUDA graph is being
+    captured, so there the answer is "maybe" (True) and the caller takes its NaN-safe path every time."""
+    if t.is_cuda and torch.cuda.is_current_stream_capturing():
+        return True
+    return bool(torch.isnan(t).any())
+
+
+def abs_max(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """``max |x|`` over ``dim`` (over every element when None), fp32, NaNs skipped like CUDA's ``fmaxf``.
+
+    Exact: ``max |x| = max(|max x|, |min x|)``, the max of exactly converted
+    values. ``aminmax`` reads ``x`` once and writes nothing of its size. It
+    propagates NaN, so a NaN result means a NaN among its elements: only then is
+    the max taken again with NaNs counted as 0 (an all-NaN region gives 0).
+    ``x`` must not be empty along ``dim``.
+    """
+    lo, hi = torch.aminmax(x) if dim is None else torch.aminmax(x, dim=dim)
+    result = torch.maximum(lo.abs(), hi.abs()).float()
+    if _may_hold_nan(result):
+        nan_free = torch.where(torch.isnan(x), torch.zeros_like(x), x.abs())
+        result = (nan_free.amax() if dim is None else nan_free.amax(dim=dim)).float()
+    return result
+
+
 def amax(x: torch.Tensor) -> torch.Tensor:
     """``max |x|`` over every element, as an fp32 tensor of shape (1,).
 
     Exact (the max of exactly converted values). NaNs are skipped, like CUDA's
     ``fmaxf``; an empty tensor (or an all-NaN one) gives 0.
     """
-    a = x.detach().reshape(-1).float().abs()
-    a = torch.where(torch.isnan(a), torch.zeros_like(a), a)
-    if a.numel() == 0:
+    if x.numel() == 0:
         return torch.zeros(1, dtype=torch.float32, device=x.device)
-    return a.max().reshape(1)
+    return abs_max(x.detach()).reshape(1)
 
 
 def reciprocal_rn(scale: torch.Tensor) -> torch.Tensor:
@@ -69,14 +93,13 @@ def compute_scale_from_amax(
     4. ``scale = +inf`` (tiny ``a``) becomes ``value_for_inf``;
     5. pow2: the 23 mantissa bits are zeroed, i.e. the scale rounds *down* to 2^k.
     """
-    a = amax.float()
-    a = torch.where(a < amax_epsilon, torch.full_like(a, amax_epsilon), a)
-    degenerate = torch.isinf(a) | torch.isnan(a) | (a == 0)
+    a = amax.float().clamp_min(amax_epsilon)  # clamp keeps NaN
+    degenerate = ~torch.isfinite(a) | (a == 0)
     scale = (float(fmax) / a.double()).float()
-    scale = torch.where(torch.isposinf(scale), torch.full_like(scale, value_for_inf), scale)
+    scale = torch.where(scale == float("inf"), value_for_inf, scale)
     if force_pow_2_scales:
         scale = fp32_from_bits(bits_from_fp32(scale) & _EXPONENT_MASK).reshape(scale.shape)
-    return torch.where(degenerate, torch.ones_like(scale), scale)
+    return torch.where(degenerate, 1.0, scale)
 
 
 def columnwise_layout(data: torch.Tensor) -> torch.Tensor:
@@ -106,7 +129,8 @@ def quantize_float8(
     """
     fmt = float8_format(fp8_dtype)
     scale = scale.reshape(1).float()
-    q = fmt.quantize(x.float() * scale).view(torch.uint8)
+    # ``x`` (any float dtype) meets the fp32 scale inside the multiply: converted exactly, one RN.
+    q = fmt.quantize(x * scale, overwrite=True).view(torch.uint8)
     scale_inv = reciprocal_rn(scale)
     if amax_accumulator is not None:
         amax_accumulator.copy_(torch.fmax(amax_accumulator, amax(x).to(amax_accumulator.device)))

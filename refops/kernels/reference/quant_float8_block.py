@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from .quant_float8 import compute_scale_from_amax, float8_format, reciprocal_rn
+from .quant_float8 import abs_max, compute_scale_from_amax, float8_format, reciprocal_rn
 
 __all__ = ["FP8_BLOCK_SIZE", "quantize_float8_block", "dequantize_float8_block"]
 
@@ -54,23 +54,34 @@ def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def _tiles(x2: torch.Tensor, tile_rows: int) -> torch.Tensor:
-    """Zero-pad ``(R, C)`` to whole tiles and view it as ``(R/tr, tr, C/128, 128)``."""
+    """``(R, C)`` viewed as ``(R/tr, tr, C/128, 128)``, zero-padded to whole tiles when it is not already."""
     r, c = x2.shape
-    padded = torch.zeros(_round_up(r, tile_rows), _round_up(c, FP8_BLOCK_SIZE), dtype=torch.float32, device=x2.device)
-    padded[:r, :c] = x2
-    return padded.reshape(padded.shape[0] // tile_rows, tile_rows, padded.shape[1] // FP8_BLOCK_SIZE, FP8_BLOCK_SIZE)
+    rows, cols = _round_up(r, tile_rows), _round_up(c, FP8_BLOCK_SIZE)
+    if (rows, cols) != (r, c) or not x2.is_contiguous():
+        padded = torch.zeros(rows, cols, dtype=x2.dtype, device=x2.device)
+        padded[:r, :c] = x2
+        x2 = padded
+    return x2.view(rows // tile_rows, tile_rows, cols // FP8_BLOCK_SIZE, FP8_BLOCK_SIZE)
 
 
 def _quantize_tiles(
     x2: torch.Tensor, tile_rows: int, *, fp8_dtype: torch.dtype, scale_args: dict
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q (R, C) uint8, scale_inv (R/tile_rows, C/128) fp32)`` of one orientation."""
+    """``(q (R, C) uint8, scale_inv (R/tile_rows, C/128) fp32)`` of one orientation.
+
+    ``x2`` may be fp32, fp16 or bf16: its values meet the fp32 scale inside the
+    multiply (converted exactly, one RN).
+    """
     r, c = x2.shape
     tiles = _tiles(x2, tile_rows)
-    a = tiles.abs()
-    block_amax = torch.where(torch.isnan(a), torch.zeros_like(a), a).amax(dim=(1, 3))
+    block_amax = abs_max(tiles, dim=3)  # per row of each tile
+    if tile_rows > 1:
+        block_amax = block_amax.amax(dim=1)
+    else:
+        block_amax = block_amax.squeeze(1)
     scale = compute_scale_from_amax(block_amax, **scale_args)
-    q = float8_format(fp8_dtype).quantize(tiles * scale[:, None, :, None]).view(torch.uint8)
+    scaled = tiles * scale[:, None, :, None]
+    q = float8_format(fp8_dtype).quantize(scaled, overwrite=True).view(torch.uint8)
     q = q.reshape(tiles.shape[0] * tile_rows, tiles.shape[2] * FP8_BLOCK_SIZE)[:r, :c].contiguous()
     return q, reciprocal_rn(scale)
 
@@ -94,7 +105,7 @@ def quantize_float8_block(
         raise ValueError(f"block_scaling_dim must be 1 or 2, got {block_scaling_dim}")
     k = x.shape[-1] if x.dim() > 0 else 1
     lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, k).float()
+    x2 = x.reshape(-1, k)
     m = x2.shape[0]
     scale_args = dict(
         fmax=float8_format(fp8_dtype).max,

@@ -25,7 +25,7 @@ from ...formats import (
     e8m0_from_fp32,
     e8m0_to_fp32,
 )
-from .quant_float8 import float8_format
+from .quant_float8 import abs_max, float8_format
 
 __all__ = ["MXFP8_BLOCK_SIZE", "check_mxfp8_shape", "quantize_mxfp8", "dequantize_mxfp8"]
 
@@ -56,11 +56,6 @@ def check_mxfp8_shape(shape: torch.Size | tuple[int, ...]) -> None:
         )
 
 
-def _nan_free_abs(x: torch.Tensor) -> torch.Tensor:
-    a = x.abs()
-    return torch.where(torch.isnan(a), torch.zeros_like(a), a)
-
-
 def _scale_bytes(block_amax: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
     # A Python float holding the fp32 value exactly: the product is the same fp32 multiply, and no host
     # tensor is copied to the device (which a CUDA graph capture refuses).
@@ -75,8 +70,13 @@ def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def _quantize_blocks(blocks: torch.Tensor, e: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
-    """``Q_F(x * 2^(127-e))`` with ``e`` already broadcast against ``blocks``."""
-    return float8_format(fp8_dtype).quantize(blocks * e8m0_encode_multiplier(e)).view(torch.uint8)
+    """``Q_F(x * 2^(127-e))`` with ``e`` already broadcast against ``blocks``.
+
+    ``blocks`` may be fp32, fp16 or bf16: its values meet the fp32 multiplier
+    inside the multiply (converted exactly; the product is exact).
+    """
+    scaled = blocks * e8m0_encode_multiplier(e)
+    return float8_format(fp8_dtype).quantize(scaled, overwrite=True).view(torch.uint8)
 
 
 def quantize_mxfp8(
@@ -97,12 +97,12 @@ def quantize_mxfp8(
     check_mxfp8_shape(x.shape)
     m, k = _rows_cols(x.shape)
     b = MXFP8_BLOCK_SIZE
-    x2 = x.reshape(m, k).float()
+    x2 = x.reshape(m, k)
     row_shape = (_round_up(m, 128), _round_up(k // b, 4))
     col_shape = (_round_up(m // b, 4), _round_up(k, 128))
     if with_2d_quantization:
         tiles = x2.reshape(m // b, b, k // b, b)
-        e = _scale_bytes(_nan_free_abs(tiles).amax(dim=(1, 3)), fp8_dtype)  # (M/32, K/32)
+        e = _scale_bytes(abs_max(tiles, dim=3).amax(dim=1), fp8_dtype)  # (M/32, K/32)
         q = _quantize_blocks(tiles, e[:, None, :, None], fp8_dtype).reshape(x.shape)
         row = (q, _padded(e.repeat_interleave(b, dim=0), *row_shape))
         col = (q.clone(), _padded(e.repeat_interleave(b, dim=1), *col_shape))
@@ -110,11 +110,11 @@ def quantize_mxfp8(
         row = col = None
         if rowwise:
             blocks = x2.reshape(m, k // b, b)
-            e = _scale_bytes(_nan_free_abs(blocks).amax(dim=2), fp8_dtype)  # (M, K/32)
+            e = _scale_bytes(abs_max(blocks, dim=2), fp8_dtype)  # (M, K/32)
             row = (_quantize_blocks(blocks, e[:, :, None], fp8_dtype).reshape(x.shape), _padded(e, *row_shape))
         if columnwise:
             blocks = x2.reshape(m // b, b, k)
-            e = _scale_bytes(_nan_free_abs(blocks).amax(dim=1), fp8_dtype)  # (M/32, K)
+            e = _scale_bytes(abs_max(blocks, dim=1), fp8_dtype)  # (M/32, K)
             col = (_quantize_blocks(blocks, e[:, None, :], fp8_dtype).reshape(x.shape), _padded(e, *col_shape))
     row_data, row_scale = row if rowwise else (None, None)
     col_data, col_scale = col if columnwise else (None, None)

@@ -1,6 +1,6 @@
 """The oracle: helpers for comparing implementations with the reference."""
 
-from .check_quantizer import QuantizerCheckReport, QuantizerMismatch, check_quantizer
+from .quantizer_check import QuantizerCheckReport, QuantizerMismatch, check_quantizer
 from .compare import ComparisonReport, TierRun, compare_backends, compare_modules, recipe_tols
 from .recipes import RECIPE_NAMES, make_recipe
 from .tensor_report import TensorComparison, compare_tensors, sqnr_db

@@ -63,7 +63,7 @@ class Oracle:
 
     def check_quantizer(self, candidate, quantizer_or_recipe, **kwargs):
         """:func:`refops.testing.check_quantizer` with inputs on this device: check a kernel's quantizer first."""
-        from .check_quantizer import check_quantizer
+        from .quantizer_check import check_quantizer
 
         kwargs.setdefault("device", self.device)
         return check_quantizer(candidate, quantizer_or_recipe, **kwargs)

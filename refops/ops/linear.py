@@ -14,6 +14,7 @@ from .basic.basic_linear_tp import canonicalize_tensor_parallelism
 from .basic.bias import Bias
 from .basic.reduce_scatter import ReduceScatter
 from .op import FusedOperation
+from .sizes import check_size
 
 __all__ = ["Linear"]
 
@@ -61,6 +62,8 @@ class Linear(FusedOperation):
         rng_state_tracker_function: Optional[Callable[[], Any]] = None,
         accumulate_into_main_grad: bool = False,
     ) -> None:
+        in_features = check_size("Linear", "in_features", in_features)
+        out_features = check_size("Linear", "out_features", out_features)
         tp = canonicalize_tensor_parallelism(
             "Linear", mode=tensor_parallel_mode, group=tensor_parallel_group, sequence_parallel=sequence_parallel,
             in_features=in_features, out_features=out_features,

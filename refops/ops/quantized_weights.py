@@ -65,7 +65,7 @@ class QuantizedWeights(torch.nn.Module):
                 roles=self.get_quantizer_roles("forward"),  # type: ignore[attr-defined]
                 device=self._recipe_state_device(),  # type: ignore[attr-defined]
             )
-            return state.make_quantizer(slot)
+            return self._label_quantizers(state, [state.make_quantizer(slot)])[0]  # type: ignore[attr-defined]
 
     def _check_can_materialize(self) -> None:
         """Before anything is materialized: fail early if a weight could not be quantized."""

@@ -93,7 +93,7 @@ class QuantizationHooks(torch.nn.Module):
             if history_changed:
                 state.resize_history(recipe.amax_history_len)
                 with torch.inference_mode(False):
-                    self._quantizers[mode] = state.make_quantizers()
+                    self._quantizers[mode] = self._label_quantizers(state, state.make_quantizers())
 
     def _build_recipe_states(self, recipe: Recipe) -> None:
         """One state and its quantizers per mode; their tensors are ordinary even under inference_mode,
@@ -112,7 +112,14 @@ class QuantizationHooks(torch.nn.Module):
             state = RecipeState.create(
                 recipe, mode=mode, num_quantizers=n, roles=self.get_quantizer_roles(mode), device=device
             )
-            self._recipe_states[mode], self._quantizers[mode] = state, state.make_quantizers()
+            self._recipe_states[mode] = state
+            self._quantizers[mode] = self._label_quantizers(state, state.make_quantizers())
+
+    def _label_quantizers(self, state: RecipeState, quantizers: list[Quantizer]) -> list[Quantizer]:
+        """Name each quantizer after this op and the tensor it quantizes, for its error messages."""
+        for index, quantizer in enumerate(quantizers):
+            quantizer.label = f"{type(self).__name__} ({state.mode} quantizer {index}: {state.tensor_type(index)})"
+        return quantizers
 
     def _warn_if_discarding_state(self, recipe: Recipe) -> None:
         old = [s for s in (self._recipe_states or {}).values() if isinstance(s, DelayedScalingRecipeState)]
@@ -166,4 +173,4 @@ class QuantizationHooks(torch.nn.Module):
         for mode, tensors in state["states"].items():
             target = self._recipe_states[mode]
             target.load_state_dict(tensors)
-            self._quantizers[mode] = target.make_quantizers()
+            self._quantizers[mode] = self._label_quantizers(target, target.make_quantizers())

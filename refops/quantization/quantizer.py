@@ -86,6 +86,9 @@ class Quantizer(abc.ABC):
 
     #: The QuantizedTensor subclass this quantizer makes.
     tensor_class: ClassVar[type]
+    #: What it quantizes, e.g. ``"BasicLinear (forward quantizer 1: weight)"``; set by the op that owns
+    #: it so that a refusal (block size, dtype) names the op and the tensor. None: unnamed.
+    label: Optional[str] = None
 
     def __init__(self, *, rowwise: bool, columnwise: bool) -> None:
         self.rowwise_usage = bool(rowwise)
@@ -151,7 +154,7 @@ class Quantizer(abc.ABC):
         if noop_flag is not None and bool(noop_flag.reshape(-1)[0].item()):
             return dst
         src = self._high_precision_input(src).detach().to(device=dst.device).expand(dst.shape)
-        fresh = self._quantize_arrays(
+        fresh = self._quantize_arrays_named(
             src.contiguous(), rowwise=dst.has_usage("rowwise"), columnwise=dst.has_usage("columnwise")
         )
         dst._overwrite_arrays(fresh)
@@ -170,11 +173,21 @@ class Quantizer(abc.ABC):
     def _quantize_new(self, tensor: torch.Tensor) -> "QuantizedTensor":
         if not (self.rowwise_usage or self.columnwise_usage):
             raise ValueError(f"{type(self).__name__}: neither row-wise nor column-wise usage is enabled")
-        arrays = self._quantize_arrays(
+        arrays = self._quantize_arrays_named(
             tensor.contiguous(), rowwise=self.rowwise_usage, columnwise=self.columnwise_usage
         )
         kwargs = {**self._tensor_meta(), **arrays}
         return self.tensor_class(tensor.shape, tensor.dtype, device=tensor.device, quantizer=self, **kwargs)
+
+    def _quantize_arrays_named(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+        """:meth:`_quantize_arrays`, whose refusals (a shape off the block size, a dtype the scheme
+        cannot take) are prefixed with :attr:`label`: the op and the tensor."""
+        try:
+            return self._quantize_arrays(tensor, rowwise=rowwise, columnwise=columnwise)
+        except (ValueError, TypeError) as error:
+            if self.label is None:
+                raise
+            raise type(error)(f"{self.label}: {error}") from error
 
     # ---------------------------------------------------------- per scheme
     @abc.abstractmethod

@@ -17,6 +17,7 @@ from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
 from ..quantized_weights import QuantizedWeights
+from ..sizes import check_size
 from . import basic_linear_tp as tp
 
 __all__ = ["BasicLinear"]
@@ -84,8 +85,8 @@ class BasicLinear(QuantizedWeights, BasicOperation):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if in_features <= 0 or out_features <= 0:
-            raise ValueError(f"{name}: in_features and out_features must be positive (got {in_features}, {out_features})")
+        in_features = check_size(name, "in_features", in_features)
+        out_features = check_size(name, "out_features", out_features)
         if userbuffers_options is not None:
             raise NotImplementedError(f"{name}: userbuffers communication overlap is not implemented in refops")
         device = canonicalize_device(device)

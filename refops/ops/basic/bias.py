@@ -13,6 +13,7 @@ from ...quantization.state import get_autocast_recipe
 from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_dtype
 from ..op import BasicOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
+from ..sizes import check_size
 
 __all__ = ["Bias"]
 
@@ -51,8 +52,7 @@ class Bias(BasicOperation):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if size <= 0:
-            raise ValueError(f"{name}: size must be positive (got {size})")
+        size = check_size(name, "size", size)
         world = get_group_size(tensor_parallel_group) if tensor_parallel else 1
         if size % world:
             raise ValueError(

@@ -16,6 +16,7 @@ from .._common import check_tensor, compute_dtype, maybe_dequantize, to_compute_
 from ..op import FuserOnlyOperation, OperationContext
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
 from ..quantized_weights import QuantizedWeights
+from ..sizes import check_size
 from .grouped_linear_buffers import (
     GRAD_INPUT_BUFFER_KEY,
     OUTPUT_BUFFER_KEY,
@@ -114,9 +115,10 @@ class GroupedLinear(DelayedWeightGrads, QuantizedWeights, FuserOnlyOperation):
             self.num_extra_inputs = 2
         super().__init__()
         name = type(self).__name__
-        for what, value in (("num_groups", num_groups), ("in_features", in_features), ("out_features", out_features)):
-            if value <= 0:
-                raise ValueError(f"{name}: {what} must be positive (got {value})")
+        num_groups, in_features, out_features = (
+            check_size(name, what, value)
+            for what, value in (("num_groups", num_groups), ("in_features", in_features), ("out_features", out_features))
+        )
         device = canonicalize_device(device)
         dtype = canonicalize_dtype(dtype, op_name=name)
         self.num_groups = num_groups

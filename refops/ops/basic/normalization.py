@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Iterable, Optional
 
 import torch
@@ -16,6 +17,7 @@ from ...quantization import (
 from .._common import check_tensor
 from ..op import BasicOperation
 from ..parameter_lifecycle import canonicalize_device, canonicalize_dtype
+from ..sizes import check_size
 
 __all__ = [
     "Normalization",
@@ -36,11 +38,18 @@ NORM_OUTPUT_QUANTIZERS = (
 
 
 def canonicalize_normalized_shape(normalized_shape: Iterable[int] | int, *, op_name: str) -> tuple[int, ...]:
-    """An int ``n`` means ``(n,)``; every dim must be a positive int."""
-    shape = (normalized_shape,) if isinstance(normalized_shape, int) else tuple(normalized_shape)
-    if not shape or any(not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in shape):
-        raise ValueError(f"{op_name}: normalized_shape must be positive ints, got {normalized_shape!r}")
-    return shape
+    """An int ``n`` means ``(n,)``; every dim must be a positive int (``TypeError`` naming the op otherwise)."""
+    if isinstance(normalized_shape, numbers.Integral) and not isinstance(normalized_shape, bool):
+        return (check_size(op_name, "normalized_shape", normalized_shape),)
+    try:
+        shape = tuple(normalized_shape)
+    except TypeError:
+        raise TypeError(
+            f"{op_name}: normalized_shape must be a positive int or a tuple of them, got {normalized_shape!r}"
+        ) from None
+    if not shape:
+        raise ValueError(f"{op_name}: normalized_shape must not be empty")
+    return tuple(check_size(op_name, f"normalized_shape[{i}]", d) for i, d in enumerate(shape))
 
 
 def check_normalized_dims(op_name: str, input_: torch.Tensor, normalized_shape: tuple[int, ...]) -> None:

@@ -47,6 +47,7 @@ from .nvfp4_scales import (
     nvfp4_block_scale,
     nvfp4_global_scale,
 )
+from .quant_float8 import abs_max
 
 __all__ = [
     "BLOCK",
@@ -68,32 +69,28 @@ def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
 
 
-def _abs_skip_nan(x: torch.Tensor) -> torch.Tensor:
-    return torch.where(torch.isnan(x), torch.zeros_like(x), x.abs())
-
-
 def _block_amax(x: torch.Tensor, tile_rows: int) -> torch.Tensor:
     """Amax per 1x16 block (``tile_rows`` 1) or per 16x16 tile repeated over its rows: ``(R, C/16)``."""
     rows, cols = x.shape
-    a = _abs_skip_nan(x)
     if rows == 0 or cols == 0:
         return torch.zeros(rows, cols // BLOCK, dtype=torch.float32, device=x.device)
+    block_amax = abs_max(x.view(rows, cols // BLOCK, BLOCK), dim=2)
     if tile_rows == 1:
-        return a.view(rows, cols // BLOCK, BLOCK).amax(dim=-1)
-    tiles = a.view(rows // BLOCK, BLOCK, cols // BLOCK, BLOCK).amax(dim=(1, 3))
+        return block_amax
+    # A tile's amax is the max of its 16 rows' block amaxes.
+    tiles = block_amax.view(rows // BLOCK, BLOCK, cols // BLOCK).amax(dim=1)
     return tiles.repeat_interleave(BLOCK, dim=0)
 
 
 def _global_amax(x: torch.Tensor, per_row: bool) -> torch.Tensor:
     """Exact NaN-skipping amax: shape ``(1,)``, or ``(R,)`` with ``per_row``."""
-    a = _abs_skip_nan(x)
     if per_row:
         if x.shape[1] == 0:
             return torch.zeros(x.shape[0], dtype=torch.float32, device=x.device)
-        return a.amax(dim=1)
-    if a.numel() == 0:
+        return abs_max(x, dim=1)
+    if x.numel() == 0:
         return torch.zeros(1, dtype=torch.float32, device=x.device)
-    return a.amax().reshape(1)
+    return abs_max(x).reshape(1)
 
 
 def nvfp4_scale_shape(rows: int, cols: int) -> tuple[int, int]:

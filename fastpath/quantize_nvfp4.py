@@ -58,16 +58,19 @@ class Nvfp4Kernels:
     def quantize_nvfp4(self, x, *, rowwise, columnwise, with_2d_quantization=False, with_rht=False,
                        with_random_sign_mask=True, stochastic_rounding=False, random_bytes_rowwise=None,
                        random_bytes_columnwise=None, use_4over6=False, e4m3_max_4over6=256.0, err_mode="MAE",
-                       row_scaled=False):
+                       row_scaled=False, amax_rowwise=None, amax_columnwise=None):
         options = dict(
             rowwise=rowwise, columnwise=columnwise, with_2d_quantization=with_2d_quantization, with_rht=with_rht,
             with_random_sign_mask=with_random_sign_mask, stochastic_rounding=stochastic_rounding,
             random_bytes_rowwise=random_bytes_rowwise, random_bytes_columnwise=random_bytes_columnwise,
             use_4over6=use_4over6, e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled,
         )
-        if not (_fast_input(x) and x.ndim == 2 and not row_scaled and _on_cuda(x, random_bytes_rowwise)
-                and _on_cuda(x, random_bytes_columnwise)):
-            return super().quantize_nvfp4(x, **options)
+        # Given global amaxes (amax reduction under tensor parallelism) go to the reference: the kernels
+        # compute their own amax in pass 1.
+        reduced = amax_rowwise is not None or amax_columnwise is not None
+        if reduced or not (_fast_input(x) and x.ndim == 2 and not row_scaled and _on_cuda(x, random_bytes_rowwise)
+                           and _on_cuda(x, random_bytes_columnwise)):
+            return super().quantize_nvfp4(x, **options, amax_rowwise=amax_rowwise, amax_columnwise=amax_columnwise)
         err_mode = err_mode.upper()
         e4m3_max_4over6 = float(e4m3_max_4over6)
         validate_options(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d=with_2d_quantization, with_rht=with_rht,

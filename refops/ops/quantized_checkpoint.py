@@ -206,7 +206,10 @@ class QuantizedCheckpoint(torch.nn.Module):
         stores its weights quantized) instead of silently staying on meta.
         """
         own = {n: p for n, p in self._parameters.items() if p is not None and prefix + n in state_dict}
-        where = lambda n: f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}'"  # noqa: E731
+
+        def where(n: str) -> str:
+            return f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}'"
+
         try:
             decoded = {
                 n: decode_checkpoint_entry(state_dict[prefix + n], where=where(n),
@@ -232,7 +235,8 @@ class QuantizedCheckpoint(torch.nn.Module):
         assign = local_metadata.get("assign_to_params_buffers", False)
         plain_into_quantized = {
             n: state_dict[prefix + n] for n in own
-            if n not in quantized and (assign or own[n].is_meta) and expected_weight_quantizer(self, n) is not None
+            if n not in quantized and (assign or own[n].is_meta) and not state_dict[prefix + n].is_meta
+            and expected_weight_quantizer(self, n) is not None
         }
         for name, source in plain_into_quantized.items():
             quantized[name] = self._quantize_checkpoint_value(name, source)

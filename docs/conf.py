@@ -33,7 +33,12 @@ extensions = [
     "mermaid_offline",  # after sphinxcontrib.mermaid: replaces its CDN loader with the local script
     "sphinx-mathjax-offline",  # MathJax from the package, not from a CDN
     "refops_artifacts",
+    "benchmark_figures",
 ]
+
+#: The GPU run record (a directory of benchmarks/results/) whose figures docs/benchmarks.md shows:
+#: the one place to change when a new verification run replaces it.
+refops_figures_run = "h200-2026-12-01-run45"
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"

@@ -77,7 +77,7 @@ _MAX_GRID_Y = 65535
 _SITU_TABLE_THREADS = 1024
 _SITU_TABLE_MIN_OUTPUTS = 1 << 20
 #: The table kernel also adds a bias, but bias + SiTU-GLU measured slower with it on the H200 (88 % of the
-#: copy against 94 % for the plain kernel, benchmarks/results/h200-2026-11-30-run8), so only the bias-free
+#: copy against 94 % for the plain kernel, GPU run 8: benchmarks/results/FINDINGS.md), so only the bias-free
 #: forward takes it (71 % -> 97 %); the tests turn this on to keep the bias path checked.
 _SITU_TABLE_WITH_BIAS = False
 

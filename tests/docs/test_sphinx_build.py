@@ -183,3 +183,15 @@ def test_math_renders_from_the_local_mathjax(site):
     assert scripts == ["../_static/mathjax/tex-chtml.js"], scripts
     assert (site / "_static" / "mathjax" / "tex-chtml.js").stat().st_size > 100_000
     assert (site / "_static" / "mathjax" / "output" / "chtml" / "fonts" / "woff-v2").is_dir()
+
+
+def test_the_benchmark_page_opens_with_the_cited_record_figures(site):
+    conf = (DOCS / "conf.py").read_text()
+    run = re.search(r'^refops_figures_run = "([^"]+)"$', conf, re.MULTILINE).group(1)
+    record = DOCS.parent / "benchmarks" / "results" / run
+    page = (site / "benchmarks.html").read_text()
+    body = page[page.index('id="figures"'):]
+    assert body.index("<table") < body.index("Why NVFP4 pass 2"), "the page does not open with the figures table"
+    assert "device-to-device copy" in body and f"benchmarks/results/{run}/" in body
+    assert (site / "_images" / "fastpath_roofline.png").read_bytes() == (record / "fastpath_roofline.png").read_bytes()
+    assert "LayerNorm backward" in body[body.index('id="every-kernel"'):], "the record's full table is not included"

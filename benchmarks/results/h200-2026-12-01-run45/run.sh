@@ -2,8 +2,9 @@
 # GPU run 45 (2026-12-01): executed warp instructions of every NVFP4 pass-2 kernel (Nsight Compute, the eight
 # option sets of benchmarks/_kernel_cases.py) beside the H200's SM count and highest SM clock, for the issue-rate
 # bound of benchmarks/nvfp4_issue_bound.py; then the final tree's verification (gpu_run.sh).
+# (gpu_run.sh and variants.sh were under benchmarks/results/ then; they moved to benchmarks/gpu/ since.)
 OUT=${1:?output directory}
-. benchmarks/results/variants.sh
+. benchmarks/gpu/variants.sh
 device_setup
 export PYTHONPATH=$PWD
 R=$OUT/ncu_pass2.txt
@@ -14,4 +15,4 @@ timeout 200 ncu --target-processes all --csv -k 'regex:^nvfp4_quantize_' \
     python3 benchmarks/profile_cases.py "pass 2" >> $R 2>&1
 echo "ncu: rc=$?"
 grep -c nvfp4_quantize_ $R
-bash benchmarks/results/gpu_run.sh $OUT
+bash benchmarks/gpu/gpu_run.sh $OUT

@@ -201,3 +201,31 @@ def test_the_matrix_is_deterministic():
     torch.manual_seed(99)
     second = check_quantizer(fp8_cs_dividing, te.recipe.Float8CurrentScaling(), cases=["ties", "heavy_tails"])
     assert first.runs == second.runs and first.mismatches == second.mismatches
+
+
+def _nvfp4_rowwise(x, divide: bool):
+    """A plain-torch NVFP4 row-wise quantizer (1x16 blocks, recipes-numerics §2.5); ``divide`` is the bug."""
+    from refops.formats import e2m1_round_nearest_even, pack_e2m1
+
+    m, k = x.reshape(-1, x.shape[-1]).shape
+    blocks = x.reshape(m, k // 16, 16).float()
+    amax = torch.where(torch.isnan(blocks), 0.0, blocks.abs()).amax().reshape(1)
+    s_enc = torch.where((amax == 0) | torch.isinf(amax), 1.0, torch.tensor([2688.0]) / amax).clamp(max=FLT_MAX)
+    block_amax = torch.where(torch.isnan(blocks), 0.0, blocks.abs()).amax(-1)
+    s_b = (block_amax * (s_enc * torch.tensor(1 / 6))).clamp(max=448).to(torch.float8_e4m3fn)
+    denominator = (s_b.float() * (torch.tensor([1.0]) / s_enc)).unsqueeze(-1)
+    if divide:
+        scaled = blocks / denominator  # the bug: TE multiplies by RN(1 / RN(s_b * S_dec))
+    else:
+        scaled = blocks * (torch.tensor(1.0) / denominator).clamp(max=FLT_MAX)
+    return pack_e2m1(e2m1_round_nearest_even(scaled.reshape(m, k))), s_b.view(torch.uint8), amax
+
+
+def test_an_nvfp4_candidate_that_divides_by_the_block_scale_is_caught_and_the_right_one_passes():
+    quantizer = NVFP4Quantizer()
+    right = check_quantizer(lambda x, q: _nvfp4_rowwise(x, divide=False), quantizer, usages=["rowwise"])
+    right.assert_ok()
+    wrong = check_quantizer(lambda x, q: _nvfp4_rowwise(x, divide=True), quantizer, usages=["rowwise"])
+    assert wrong["ties", "float32", "rowwise"].code_mismatches > 100  # the E2M1 ties, through the block scale
+    assert wrong["zero_blocks", "float32", "rowwise"].status == "differs"  # s_b = 0: 0 / 0 is NaN, not 0
+    assert wrong["normal", "float32", "rowwise"].status == "ok"

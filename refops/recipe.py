@@ -144,6 +144,11 @@ class Recipe:
         """A user quantizer factory."""
         return issubclass(cls, CustomRecipe)
 
+    def _options_key(self) -> tuple:
+        """A snapshot of every field's value: recipes are mutable (as in TE), so a change made in place
+        is seen by comparing snapshots, not objects. Ops rebuild their quantizers when it changes."""
+        return (type(self),) + tuple(getattr(self, f.name) for f in dataclasses.fields(self))  # type: ignore[arg-type]
+
     # ----------------------------------------------------------- validation
     def _check_backward_override(self) -> None:
         if self.backward_override not in BACKWARD_OVERRIDES:  # type: ignore[attr-defined]

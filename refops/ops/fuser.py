@@ -65,6 +65,7 @@ class OperationFuser:
             basic_ops.extend(op.basic_ops if op.is_fused_op else [op])
         self._basic_ops = basic_ops
         self._num_basic_ops = len(basic_ops)
+        self._containers = [op for op in self._ops if op.is_fused_op]
 
         self._routing = resolve_channels(basic_ops)
         self.num_extra_inputs = self._routing.num_extra_inputs
@@ -111,9 +112,8 @@ class OperationFuser:
 
     def _sync_container_aliases(self) -> None:
         """Step 3a. Invariant: every container's aliases are its basic ops' current parameters."""
-        for op in self._ops:
-            if op.is_fused_op:
-                op._sync_parameters()
+        for op in self._containers:
+            op._sync_parameters()
 
     def _refresh_parameter_cache(self) -> bool:
         """Step 3b. Invariant: the cache holds the current parameter objects. Returns whether it changed.
@@ -123,7 +123,7 @@ class OperationFuser:
         replacement path, including direct writes to ``module._parameters``.
         """
         check_not_parametrized(self._basic_ops)  # a parametrization keeps the object: check every time
-        params = [list(op.parameters()) for op in self._basic_ops]
+        params = [_own_parameters(op) for op in self._basic_ops]
         signature = tuple(
             (id(p), p.dtype, p.device, type(p), p.requires_grad) for op_params in params for p in op_params
         )
@@ -208,7 +208,9 @@ class OperationFuser:
         first_op = self._select_first_op_requiring_backward(input_, basic_op_extra_inputs)
         trace.record("backward_selection", "OperationFuser", first_op_requiring_backward=first_op)
         history_len = getattr(recipe, "amax_history_len", 0) if _is_delayed(recipe) else 0
-        key = (type(recipe), first_op, getattr(recipe, "backward_override", None), history_len)
+        # Beyond TE: any recipe option counts, not only its type (new options would otherwise be ignored).
+        options = recipe._options_key() if recipe is not None else None
+        key = (type(recipe), first_op, getattr(recipe, "backward_override", None), history_len, options)
         if not (first_forward or params_changed or key != self._fusion_key):
             return
         if not first_forward:
@@ -271,6 +273,17 @@ class OperationFuser:
         if self.first_op_requiring_backward < self._num_basic_ops and claim_first_module():
             return backward_update_callback()
         return None
+
+
+def _own_parameters(op: BasicOperation) -> list[torch.nn.Parameter]:
+    """``list(op.parameters())``, read straight from ``op._parameters`` when the op has no child modules.
+
+    Same objects, same order, duplicates dropped, as ``parameters()`` gives; reading
+    the dict skips the generator machinery, which dominated the per-forward check.
+    """
+    if op._modules:
+        return list(op.parameters())
+    return list(dict.fromkeys(p for p in op._parameters.values() if p is not None))
 
 
 def _is_delayed(recipe: Any) -> bool:

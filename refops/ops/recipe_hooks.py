@@ -4,7 +4,8 @@ Each op declares how many quantizers it uses per mode ("forward", "backward")
 and their roles; ``reset_recipe_state(recipe=R)`` builds one
 :class:`~refops.quantization.recipe_state.RecipeState` per mode and its
 quantizers. A recipe of the same type keeps the state (delayed-scaling amax
-histories survive); a different type rebuilds it; ``None`` drops it.
+histories survive) and rebuilds the quantizers when any option changed (beyond
+TE, which keeps them); a different type rebuilds it; ``None`` drops it.
 """
 
 from __future__ import annotations
@@ -82,6 +83,9 @@ class QuantizationHooks(torch.nn.Module):
             self._warn_if_discarding_state(recipe)
             self._build_recipe_states(recipe)
             return
+        # Same type: the state (delayed-scaling history) carries over; quantizers follow new options.
+        options_changed = getattr(self, "_recipe_options", None) != recipe._options_key()
+        self._recipe_options = recipe._options_key()
         for mode, state in states.items():
             if state is None:
                 continue
@@ -92,6 +96,7 @@ class QuantizationHooks(torch.nn.Module):
             state.recipe = recipe
             if history_changed:
                 state.resize_history(recipe.amax_history_len)
+            if history_changed or options_changed:
                 with torch.inference_mode(False):
                     self._quantizers[mode] = self._label_quantizers(state, state.make_quantizers())
 
@@ -102,6 +107,7 @@ class QuantizationHooks(torch.nn.Module):
             self._build_recipe_states_impl(recipe)
 
     def _build_recipe_states_impl(self, recipe: Recipe) -> None:
+        self._recipe_options = recipe._options_key()
         device = self._recipe_state_device()
         self._recipe_states, self._quantizers = {}, {}
         for mode in MODES:

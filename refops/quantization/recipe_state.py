@@ -101,8 +101,13 @@ class DelayedScalingRecipeState(RecipeState):
         with torch.inference_mode(False):
             self.scale = torch.ones(n, dtype=torch.float32, device=self.device)
             self.amax_history = torch.zeros(length, n, dtype=torch.float32, device=self.device)
-        self.fmax = recipe.fp8_format.value.max_fwd if self.mode == "forward" else recipe.fp8_format.value.max_bwd
         register_delayed_state(self, self.mode)
+
+    @property
+    def fmax(self) -> float:
+        """The format's largest value for this mode, from the current recipe (its format may change)."""
+        fmt = self.recipe.fp8_format.value
+        return fmt.max_fwd if self.mode == "forward" else fmt.max_bwd
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A ``copy.deepcopy`` or unpickled (``torch.load``) copy takes part in the scale updates too.

@@ -310,3 +310,30 @@ def test_inference_mode_first_then_training(recipe_name, quantized_weight, devic
     assert all(p.grad is not None for p in model.parameters())
     assert not any(s.scale.is_inference() or s.amax_history.is_inference() for s in states)
     assert all(not torch.equal(b, s.scale) for b, s in zip(before, states))  # state first touched there updates
+
+
+# ------------------------------------------------------ recipe options change
+def test_new_options_of_the_same_recipe_type_are_not_ignored(device):
+    model = te.ops.Sequential(te.ops.Linear(64, 64, device=device, dtype=torch.bfloat16))
+    x = torch.randn(32, 64, device=device, dtype=torch.bfloat16)
+    with te.autocast(recipe=NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True)):
+        model(x)
+    assert not model[0].basic_ops[0].get_quantizer("forward", 0).with_rht
+    with te.autocast(recipe=NVFP4BlockScaling(disable_stochastic_rounding=True)):  # RHT on now
+        model(x)
+    assert model[0].basic_ops[0].get_quantizer("forward", 0).with_rht
+
+
+def test_a_format_change_of_delayed_scaling_keeps_the_history_and_follows_the_format(device):
+    model = te.ops.Sequential(te.ops.Linear(16, 16, device=device))
+    x = torch.randn(4, 16, device=device, requires_grad=True)
+    for fmt in (Format.HYBRID, Format.E4M3):
+        recipe = DelayedScaling(fp8_format=fmt, amax_history_len=4)
+        with te.autocast(recipe=recipe):
+            y = model(x)
+        y.backward(torch.full_like(y, 1000.0))
+    op = model[0].basic_ops[0]
+    backward = op._recipe_states["backward"]
+    assert op.get_quantizer("backward", 0).dtype == te.DType.kFloat8E4M3  # was E5M2 under HYBRID
+    assert torch.count_nonzero(backward.amax_history).item() == 2  # both steps' amaxes kept
+    assert torch.equal(backward.scale, torch.tensor([448.0]) / 1000.0)  # E4M3's max, not E5M2's

@@ -82,22 +82,29 @@ class QuantizerCheckReport:
             raise AssertionError(str(self))
 
     def __str__(self) -> str:
+        """A title, one row per run (runs skipped by the protocol are counted, and explained in the notes),
+        the first mismatches and the notes."""
         compared = len([r for r in self.runs if r.status in ("ok", "differs", "candidate raised")])
         verdict = "ok" if self.ok else f"FAILED: {len(self.failures)} of {compared} compared runs differ"
+        elements = "values differ" if self.output.startswith("dequantized") else "codes differ"
         lines = [
             f"check_quantizer: {self.subject} against {self.reference}: {verdict}",
             f"output convention: {self.output}",
-            f"{'case':<16}{'dtype':<10}{'usage':<11}{'shape':<14}{'result':<18}{'codes differ':>16}{'scales differ':>15}",
+            f"{'case':<16}{'dtype':<10}{'usage':<11}{'shape':<14}{'result':<18}{elements:>16}{'scales differ':>15}",
         ]
         for r in self.runs:
+            if r.status == "skipped":
+                continue
             shape = "x".join(map(str, r.shape))
-            counts = (
-                f"{r.code_mismatches:>9}/{r.elements:<6}{r.scale_mismatches:>8}/{r.scales:<6}"
-                if r.status in ("ok", "differs")
-                else ""
-            )
+            counts = ""
+            if r.status in ("ok", "differs"):
+                scales = f"{r.scale_mismatches:>8}/{r.scales:<6}" if r.scales else f"{'-':>8} {'':<6}"
+                counts = f"{r.code_mismatches:>9}/{r.elements:<6}{scales}"
             extra = f"  {r.detail}" if r.detail and r.status != "ok" else ""
-            lines.append(f"{r.case:<16}{r.dtype:<10}{r.usage:<11}{shape:<14}{r.status:<18}{counts}{extra}")
+            lines.append(f"{r.case:<16}{r.dtype:<10}{r.usage:<11}{shape:<14}{r.status:<18}{counts}{extra}".rstrip())
+        skipped = sum(r.status == "skipped" for r in self.runs)
+        if skipped:
+            lines.append(f"({skipped} runs skipped: see the notes)")
         if self.mismatches:
             lines.append("first mismatches:")
             lines += [f"  {m}" for m in self.mismatches]

@@ -74,8 +74,8 @@ class RMSNorm(Normalization):
     def op_backward(
         self, ctx: OperationContext, grad_output: torch.Tensor
     ) -> tuple[torch.Tensor, list[Optional[torch.Tensor]]]:
-        dx, dw = self.backward_fp32(ctx, grad_output)
-        return dx.to(ctx.dtype), [dw]
+        dx, dw = self._backward(ctx, grad_output, dy_dtype=ctx.dtype)
+        return dx, [dw]
 
     def backward_fp32(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(dx, dgamma)`` with ``dx`` still in fp32, as the kernel holds it before its one rounding.
@@ -83,8 +83,14 @@ class RMSNorm(Normalization):
         A fusion that adds to ``dx`` (``BackwardAddRMSNorm``) adds in fp32 and
         rounds once, as TE's ``rmsnorm_bwd_add``. ``dgamma`` is in the compute dtype.
         """
+        return self._backward(ctx, grad_output, dy_dtype=torch.float32)
+
+    def _backward(
+        self, ctx: OperationContext, grad_output: torch.Tensor, *, dy_dtype: torch.dtype
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The backward kernel; ``dx`` comes back in ``dy_dtype`` (fp32 dy is exact: the kernel computes in fp32)."""
         x, rstd = ctx.saved_tensors
-        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(x.shape).float()  # exact: the kernel computes in fp32
+        dy = maybe_dequantize(grad_output, ctx.dtype).reshape(x.shape).to(dy_dtype)
         dx, dw = current_backend().rms_norm_backward(
             dy, x, rstd, to_compute_dtype(self.weight, ctx.dtype), zero_centered_gamma=self.zero_centered_gamma
         )

@@ -130,7 +130,9 @@ def quantized_entry_error(op: Any, name: str, value: QuantizedTensor, where: str
     """Why quantized checkpoint entry ``value`` cannot load into ``op``'s parameter ``name`` (None: it can)."""
     param = op._parameters[name]
     expected = expected_weight_quantizer(op, name)
-    saved = f"{type(value).__name__} made by {type(value.quantizer).__name__}" if value.quantizer else type(value).__name__
+    saved = type(value).__name__
+    if value.quantizer is not None:
+        saved += f" made by {type(value.quantizer).__name__}"
     if expected is None and not isinstance(param, QuantizedTensor):
         return (
             f"{where} is a plain parameter but the checkpoint holds a quantized {saved} (saved under "

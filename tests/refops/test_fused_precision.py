@@ -68,7 +68,8 @@ def _linear_add_backward(device, dtype):
 
 
 def _linear_scale_backward(device, dtype):
-    return te.ops.Sequential(te.ops.Linear(IN, OUT, bias=False, device=device, dtype=dtype), te.ops.ConstantScale(SCALE))
+    return te.ops.Sequential(te.ops.Linear(IN, OUT, bias=False, device=device, dtype=dtype),
+                             te.ops.ConstantScale(SCALE))
 
 
 def _add_rmsnorm_backward(device, dtype):

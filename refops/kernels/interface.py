@@ -34,6 +34,8 @@ def _autocast_disabled(method: Callable) -> Callable:
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+            return method(*args, **kwargs)  # nothing to disable (the common case: no context to build)
         with contextlib.ExitStack() as stack:
             for device_type in ("cpu", "cuda"):
                 if torch.is_autocast_enabled(device_type):

@@ -65,6 +65,8 @@ def _run_forward_ops(
                 f"{type(op).__name__} returned extra outputs for {len(outputs)} basic ops, expected {len(idxs)}"
             )
         for i, produced in zip(idxs, outputs):
+            if not produced and not basic_ops[i].num_extra_outputs:
+                continue  # no extra outputs declared or produced: nothing to check or store
             _store_extra_outputs(fuser, op, i, covered, produced, extra_out)
             if mark_outputs_differentiable and i >= first:
                 for t in produced:

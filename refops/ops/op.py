@@ -255,7 +255,8 @@ def check_not_parametrized(basic_ops: Iterable[BasicOperation]) -> None:
     the gradient would never reach the original parameter. Said plainly instead.
     """
     for op in basic_ops:
-        parametrized = getattr(op, "parametrizations", None)
+        # torch.nn.utils.parametrize registers its ModuleDict as the child "parametrizations".
+        parametrized = op._modules.get("parametrizations")
         if parametrized:
             raise TypeError(
                 f"{type(op).__name__}: torch.nn.utils.parametrize on {sorted(parametrized)} is not supported by "

@@ -33,7 +33,10 @@ def gemm_fp32(
     accumulate: bool,
 ) -> torch.Tensor:
     """``alpha * a @ b (+ out)`` in fp32 (operands already in the orientation to multiply)."""
-    with _ieee_fp32(a.device):
+    if a.is_cuda:
+        with _ieee_fp32(a.device):
+            result = torch.matmul(a.float(), b.float())
+    else:  # TF32 is a CUDA setting: nothing to switch off
         result = torch.matmul(a.float(), b.float())
     if alpha != 1.0:
         result = result * alpha

@@ -38,6 +38,9 @@ def dequantize_gemm_operands(
     # Imported here: refops.quantization is built on top of the kernels.
     from ...quantization.quantized_tensor import QuantizedTensor
 
+    if not isinstance(a, QuantizedTensor) and not isinstance(b, QuantizedTensor):
+        return a, b  # plain operands: nothing to read or dequantize
+
     usages = {"a": "columnwise" if trans_a else "rowwise", "b": "rowwise" if trans_b else "columnwise"}
     operands = {"a": a, "b": b}
     hadamard = {n: isinstance(t, QuantizedTensor) and _reads_hadamard_domain(t, usages[n]) for n, t in operands.items()}

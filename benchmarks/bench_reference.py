@@ -98,9 +98,14 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_identical(name: str, ours: tuple[torch.Tensor, ...], theirs: tuple[torch.Tensor, ...]) -> None:
     """Raise unless every output of refops equals the peer's, byte for byte."""
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
-        if not _same_bytes(a, b.to(a.dtype) if a.element_size() == b.element_size() else b):
-            mismatch = "shape" if a.shape != b.shape else f"{int((a.view(torch.uint8) != b.view(torch.uint8)).sum())} bytes"
-            raise AssertionError(f"{name}: output {i} of refops and the peer differ ({mismatch})")
+        if _same_bytes(a, b):
+            continue
+        if a.shape != b.shape or a.dtype != b.dtype:
+            mismatch = f"{a.dtype} {tuple(a.shape)} vs {b.dtype} {tuple(b.shape)}"
+        else:
+            as_bytes = lambda t: t.contiguous().view(torch.uint8)  # noqa: E731
+            mismatch = f"{int((as_bytes(a) != as_bytes(b)).sum())} bytes"
+        raise AssertionError(f"{name}: output {i} of refops and the peer differ ({mismatch})")
 
 
 def check_torchao(name: str, x: torch.Tensor, ours: tuple[torch.Tensor, ...], theirs: tuple[torch.Tensor, ...]) -> str:

@@ -101,11 +101,11 @@ def _skip_reason(recipe_name: Optional[str], dtype_name: str) -> str:
 
 
 def _worst(report):
-    """The comparison furthest from passing: failures first, then the largest relative error (element-wise
-    tiers) or the lowest SQNR (the 'sqnr' tier), among the comparisons of the output's tier."""
+    """The comparison furthest from passing: among the failures if any, else among the comparisons of the
+    output's tier, the largest relative error (element-wise tiers) or the lowest SQNR (the 'sqnr' tier)."""
     tier = report["output"].tier
-    same = [c for c in report.comparisons if c.tier == tier] or report.comparisons
-    return max(same, key=lambda c: (not c.passed, -c.sqnr_db if c.tier == "sqnr" else c.max_rel_error))
+    same = report.failures or [c for c in report.comparisons if c.tier == tier] or report.comparisons
+    return max(same, key=lambda c: -c.sqnr_db if c.tier == "sqnr" else c.max_rel_error)
 
 
 def _error_size(c) -> str:

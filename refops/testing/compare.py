@@ -196,7 +196,8 @@ def compare_modules(
 
     if copy_parameters:
         _copy_parameters(candidate, reference)
-    y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
+    with operands.recording() as seen_c:
+        y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
     exposes = callable(getattr(candidate, operands.HOOK, None))
     with operands.recording() as seen:
         y_r, grads_r = _run(reference, inputs, grad_output, (reference_context or default_context)())
@@ -220,6 +221,11 @@ def compare_modules(
     quantized_operands = operands.reference_operands(reference, seen)
     if exposes:
         results.extend(operands.compare_operands(getattr(candidate, operands.HOOK)(), quantized_operands))
+    else:  # a refops candidate (another backend, another build) exposes its operands by being refops
+        own = operands.reference_operands(candidate, seen_c, deterministic_only=True)
+        own = {name: t for name, t in own.items() if name in quantized_operands}
+        exposes = bool(own)
+        results.extend(operands.compare_operands(own, quantized_operands))
     states_c, states_r = _recipe_states(candidate), _recipe_states(reference)
     for key in sorted(set(states_c) & set(states_r)):
         for field in ("scale", "amax_history"):
@@ -236,7 +242,7 @@ def _tiers(results, candidate, recipe, check, floor, exposes, reference_operands
     byte_checks = [c for c in exact if c not in state and "(None on one side)" not in c.name]
     quantized_params = [n for n, p in candidate.named_parameters() if isinstance(p, QuantizedTensor)]
     if byte_checks:
-        sources = (["quantized parameters"] if quantized_params else []) + (["the exposed operands"] if exposes else [])
+        sources = (["quantized parameters"] if quantized_params else []) + (["the quantized operands"] if exposes else [])
         bytes_why = f"bit-exact data and scales of {' and '.join(sources) or 'quantized tensors'}"
     elif recipe is None:
         bytes_why = "no recipe: nothing is quantized"

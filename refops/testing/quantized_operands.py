@@ -14,8 +14,9 @@ returning the operands its last forward fed to its GEMMs, each a refops
 ``"<prefix>.<role>"``: the prefix is the owning module's parameter prefix (the
 ``"1"`` of ``"1.weight"``; empty for a single op), the role is ``input``,
 ``weight`` or ``grad_output``. The reference's operands are recorded by
-watching every quantizer call during its forward (:func:`recording`) and named
-from the quantizers' roles (:func:`reference_operands`).
+watching every quantizer call during its forward and backward (:func:`recording`)
+and named from the quantizers' roles (:func:`reference_operands`); a candidate that
+is itself a refops model (another kernel backend) is recorded the same way.
 """
 
 from __future__ import annotations
@@ -54,8 +55,14 @@ def recording() -> Iterator[dict[int, QuantizedTensor]]:
         Quantizer.quantize = original
 
 
-def reference_operands(module: torch.nn.Module, seen: dict[int, QuantizedTensor]) -> dict[str, QuantizedTensor]:
-    """The recorded outputs of ``module``'s quantizers, named ``"<parameter prefix>.<role>"``."""
+def reference_operands(
+    module: torch.nn.Module, seen: dict[int, QuantizedTensor], *, deterministic_only: bool = False
+) -> dict[str, QuantizedTensor]:
+    """The recorded outputs of ``module``'s quantizers, named ``"<parameter prefix>.<role>"``.
+
+    ``deterministic_only`` leaves out quantizers that round stochastically: two runs draw
+    different random bits, so their bytes are not comparable.
+    """
     first_name = {}
     for name, p in module.named_parameters():
         first_name.setdefault(id(p), name)
@@ -68,6 +75,8 @@ def reference_operands(module: torch.nn.Module, seen: dict[int, QuantizedTensor]
             roles = sub.get_quantizer_roles(mode) if hasattr(sub, "get_quantizer_roles") else None
             for index, quantizer in enumerate(slots):
                 if id(quantizer) not in seen:
+                    continue
+                if deterministic_only and getattr(quantizer, "stochastic_rounding", False):
                     continue
                 role = roles[index].tensor_type if roles and roles[index].tensor_type else f"{mode}{index}"
                 operands[f"{prefix}.{role}" if prefix else role] = seen[id(quantizer)]

@@ -171,3 +171,16 @@ def test_tiers_of_a_passing_quantized_comparison():
     assert report.tier("bytes (exact)").ran and "quantized parameters" in report.tier("bytes (exact)").why
     plain = compare_modules(_torch_mlp("cpu"), _refops_mlp("cpu"), (torch.randn(4, 64),))
     assert plain.tier("bytes (exact)").why == "no recipe: nothing is quantized"
+
+
+def test_a_refops_candidate_under_another_backend_has_every_operand_compared_byte_for_byte():
+    def mlp(device):
+        return te.ops.Sequential(te.ops.Linear(64, 64, device=device), te.ops.GELU(), te.ops.Linear(64, 64, device=device))
+
+    report = compare_backends(mlp, (torch.randn(32, 64),), recipe=make_recipe("mxfp8"), candidate_backend="reference")
+    report.assert_ok()
+    names = {c.name for c in report.comparisons if c.name.startswith("operand ")}
+    for op in ("0", "2"):
+        for role in ("input", "weight", "grad_output"):
+            assert f"operand {op}.{role}[rowwise data]" in names and f"operand {op}.{role}[rowwise scale_inv]" in names
+    assert report.tier("bytes (exact)").ran and report.tier("bytes (exact)").count == len(names) == 24

@@ -2,7 +2,6 @@
 
 from .basic import *  # noqa: F401,F403
 from .basic import __all__ as _basic_all
-from .basic.quantize import Quantize
 from .fuser import register_backward_fusion, register_forward_backward_fusion, register_forward_fusion
 from .linear import Linear
 from .op import BasicOperation, FusedOperation, FusibleOperation
@@ -15,7 +14,6 @@ __all__ = [
     "FusedOperation",
     "FusibleOperation",
     "Linear",
-    "Quantize",
     "Sequential",
     "fused",
     "register_backward_fusion",

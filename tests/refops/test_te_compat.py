@@ -13,7 +13,8 @@ from refops.ops.fuser import OperationFuser
 
 
 def test_quantize_is_exported_from_ops():
-    assert "Quantize" in te.ops.__all__
+    assert "Quantize" in te.ops.__all__ and "Quantize" in te.ops.basic.__all__
+    assert te.ops.Quantize is te.ops.basic.Quantize
     op = te.ops.Quantize(forward=True, backward=True)
     assert isinstance(op, te.ops.BasicOperation)
     x = torch.randn(4, 32)

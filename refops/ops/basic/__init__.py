@@ -13,6 +13,7 @@ from .identity import Identity
 from .l2normalization import L2Normalization
 from .layer_norm import LayerNorm
 from .make_extra_output import MakeExtraOutput
+from .quantize import Quantize
 from .reduce_scatter import ReduceScatter
 from .reshape import Reshape
 from .rms_norm import RMSNorm
@@ -38,6 +39,7 @@ __all__ = [
     "MakeExtraOutput",
     "QGELU",
     "QGEGLU",
+    "Quantize",
     "ReGLU",
     "ReduceScatter",
     "ReLU",

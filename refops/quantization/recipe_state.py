@@ -140,7 +140,8 @@ class DelayedScalingRecipeState(RecipeState):
         ``[0, old[2], ..., old[L-1], a0]`` and ``amax = max(old[1:], a0)`` ("max") or
         ``a0`` ("most_recent"); a slot with ``a0 == 0`` was not used and is left
         alone. "max" skips NaN entries as TE's kernel does (``fmaxf``): a NaN amax
-        costs one step's information, not the scale. ``scale = (fmax * 2^-margin) / amax`` when ``amax`` is finite and
+        costs one step's information, not the scale.
+        ``scale = (fmax * 2^-margin) / amax`` when ``amax`` is finite and
         positive, else unchanged; ``+inf`` becomes FLT_MAX. Callable algorithms take
         TE's unfused path: always roll, ``amax = algo(history)``.
         """

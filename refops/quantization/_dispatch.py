@@ -11,6 +11,9 @@
 * ``_to_copy`` (``.to(device)``, ``.to(dtype)``, ``.half()``, ``.float()``, ``.cpu()``):
   stays quantized with the new nominal dtype (fp32/fp16/bf16) and/or device;
 * ``empty_like``: same class, uninitialized arrays;
+* the cuts FSDP2 shards with: ``split``/``chunk`` along dim 0 (each piece quantized, else an error),
+  a dim-0 ``slice``/``narrow`` on scaling-block bounds, ``new_zeros`` with only the row count changed,
+  and the identity ``as_strided`` keep the scheme (:mod:`refops.quantization.row_layout`);
 * any other op runs on the dequantized values; an op that writes into a quantized
   argument (``add_``, ``mul_``, ``zero_``, ...) re-quantizes the result into it in
   place, like an optimizer step.
@@ -99,7 +102,80 @@ def _empty_like(tensor: QuantizedTensor, **kwargs: Any) -> torch.Tensor:
     return tensor._map_arrays(lambda t: torch.empty_like(t, device=device), dtype=dtype, device=torch.device(device))
 
 
+def _rows_or_none(tensor: QuantizedTensor, start: int, stop: int) -> Any:
+    """Rows ``[start, stop)`` kept quantized (the whole tensor: an alias), or None where the scheme cannot cut there."""
+    from .row_layout import _LAYOUTS, rows
+
+    if start == 0 and stop == tensor.shape[0]:
+        return _alias(tensor)
+    layout = _LAYOUTS.get(type(tensor).__name__)
+    if layout is None or tensor.dim() != 2 or (layout.check is not None and layout.check(tensor)):
+        return None
+    g = layout.block_rows(tensor)
+    if start % g or (stop % g and stop != tensor.shape[0]):
+        return None
+    return rows(tensor, start, stop)
+
+
+def _split(tensor: QuantizedTensor, split_size: Any, dim: int = 0) -> list[torch.Tensor]:
+    """``split``/``chunk`` along dim 0 (how FSDP2 shards a parameter): every piece stays quantized, or an error."""
+    from .row_layout import rows
+
+    n = tensor.shape[0] if tensor.dim() else 0
+    if dim % max(tensor.dim(), 1) != 0:
+        raise NotImplementedError(
+            f"{type(tensor).__name__}: split along dim {dim} would dequantize it; only dim 0 is supported "
+            "(FSDP2's default Shard(0))"
+        )
+    sizes = list(split_size) if isinstance(split_size, (list, tuple)) else [
+        min(split_size, n - start) for start in range(0, n, split_size)] or [0]
+    pieces, start = [], 0
+    for size in sizes:
+        piece = _rows_or_none(tensor, start, start + size)
+        pieces.append(piece if piece is not None else rows(tensor, start, start + size, what=type(tensor).__name__))
+        start += size
+    return pieces
+
+
+def _slice(tensor: QuantizedTensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> torch.Tensor:
+    """A dim-0 slice on block bounds stays quantized (FSDP2's ``narrow``); any other slice reads dequantized values."""
+    n = tensor.shape[0] if tensor.dim() else 0
+    lo = 0 if start is None else (start + n if start < 0 else min(start, n))
+    hi = n if end is None else (end + n if end < 0 else min(end, n))
+    if tensor.dim() and dim % tensor.dim() == 0 and step == 1 and 0 <= lo <= hi:
+        piece = _rows_or_none(tensor, lo, hi)
+        if piece is not None:
+            return piece
+    return aten.slice.Tensor(tensor._dequantize_impl(tensor.dtype, None), dim, start, end, step)
+
+
+def _new_zeros(tensor: QuantizedTensor, size: Any, **kwargs: Any) -> torch.Tensor:
+    """Zeros of ``tensor``'s scheme (FSDP2 pads a shard with them) when only the row count changes; else plain zeros."""
+    from .row_layout import _LAYOUTS, zeros_like_rows
+
+    size = torch.Size(size)
+    dtype = kwargs.get("dtype") or tensor.dtype
+    layout = _LAYOUTS.get(type(tensor).__name__)
+    quantizable = (layout is not None and tensor.dim() == 2 and len(size) == 2 and size[1:] == tensor.shape[1:]
+                   and dtype == tensor.dtype and not (layout.check is not None and layout.check(tensor)))
+    if quantizable:
+        return zeros_like_rows(tensor, size)
+    return torch.zeros(size, dtype=dtype, device=kwargs.get("device") or tensor.device)
+
+
+def _as_strided(tensor: QuantizedTensor, size: Any, stride: Any, storage_offset: Any = None) -> torch.Tensor:
+    """The identity ``as_strided`` (FSDP2 applies it to an unsharded parameter) is an alias; others dequantize."""
+    if torch.Size(size) == tensor.shape and tuple(stride) == tuple(tensor.stride()) and not storage_offset:
+        return _alias(tensor)
+    return tensor._dequantize_impl(tensor.dtype, None).as_strided(size, stride, storage_offset)
+
+
 _HANDLERS: dict[Any, Callable[..., Any]] = {
+    aten.split.Tensor: _split,
+    aten.split_with_sizes.default: _split,
+    aten.slice.Tensor: _slice,
+    aten.new_zeros.default: _new_zeros,
+    aten.as_strided.default: _as_strided,
     aten.detach.default: _alias,
     aten.alias.default: _alias,
     aten.view.default: _view,

@@ -14,7 +14,10 @@ Each scheme subclass declares which attributes hold what:
 
 Torch operations are handled in :mod:`refops.quantization._dispatch`: detach,
 alias, clone, ``copy_`` into it (re-quantize in place), ``.to(device/dtype)``
-(stays quantized), ``empty_like``; anything else runs on the dequantized values.
+(stays quantized), ``empty_like``, and the dim-0 cuts FSDP2 shards with
+(``split``/``chunk``/``narrow``/``new_zeros``); anything else runs on the
+dequantized values. FSDP2's all-gather extension (``fsdp_pre_all_gather`` /
+``fsdp_post_all_gather``) keeps shards quantized (:mod:`.fsdp_gather`).
 """
 
 from __future__ import annotations
@@ -265,6 +268,36 @@ class QuantizedTensor(torch.Tensor):
         return tensor_cls(
             metadata["shape"], getattr(torch, metadata["dtype"]), device=target, quantizer=quantizer, **arrays, **meta
         )
+
+    # ---------------------------------------------------------------- FSDP2
+    def fsdp_pre_all_gather(self, mesh: Any, orig_size: torch.Size, contiguous_orig_stride: Any, module: Any,
+                            mp_policy: Any) -> tuple[tuple[torch.Tensor, ...], Any]:
+        """FSDP2's all-gather extension: this shard's data and scales, in row-major layout (never dequantized).
+
+        See :mod:`refops.quantization.fsdp_gather`; raises for a shard that cannot stay quantized.
+        """
+        from .fsdp_gather import pre_all_gather
+
+        return pre_all_gather(self, mesh, orig_size, module, mp_policy)
+
+    def fsdp_post_all_gather(self, all_gather_outputs: tuple[torch.Tensor, ...], metadata: Any,
+                             param_dtype: torch.dtype, *, out: Optional["QuantizedTensor"] = None) -> Any:
+        """FSDP2's all-gather extension: the unsharded quantized tensor rebuilt from the gathered arrays."""
+        from .fsdp_gather import post_all_gather
+
+        return post_all_gather(self, all_gather_outputs, metadata, param_dtype, out=out)
+
+    def untyped_storage(self) -> torch.UntypedStorage:
+        """The storage of the first array this tensor holds (the wrapper itself owns none).
+
+        FSDP2 compares storages to tell whether a shard was replaced; without this, asking a
+        wrapper for its storage fails.
+        """
+        for name in self._array_names():
+            array = getattr(self, name)
+            if array is not None:
+                return array.untyped_storage()
+        return torch.empty(0, dtype=torch.uint8, device=self.device).untyped_storage()
 
     # ----------------------------------------------------------- torch glue
     def __tensor_flatten__(self) -> tuple[list[str], dict[str, Any]]:

@@ -56,9 +56,19 @@ def build(factory: Callable[[str], torch.nn.Module], device: str = "cpu", *, see
         return factory(device)
 
 
-def data() -> tuple[torch.Tensor, torch.Tensor]:
+def wide(device: str = "cpu") -> te.ops.Sequential:
+    """A model whose weights shard into blocks of 128 rows over 2 ranks (FP8 block scaling's 2-D tiles)."""
+    return te.ops.Sequential(
+        te.ops.LayerNorm(64, device=device),
+        te.ops.Linear(64, 256, device=device),
+        te.ops.GELU(),
+        te.ops.Linear(256, 256, device=device),
+    )
+
+
+def data(out_features: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(DATA_SEED)
-    return torch.randn(BATCH, 64, generator=g), torch.randn(BATCH, 64, generator=g)
+    return torch.randn(BATCH, 64, generator=g), torch.randn(BATCH, out_features, generator=g)
 
 
 def local_rows(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
@@ -92,13 +102,18 @@ def reset_all(model: torch.nn.Module) -> None:
 
 
 def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, recipe: Any = None,
-          after_step: Optional[Callable[[int], None]] = None, trace_kinds: Optional[list[str]] = None):
-    """Adam steps on ``(x, y)``; returns the losses, and the trace of each step when ``trace_kinds`` is given."""
+          after_step: Optional[Callable[[int], None]] = None, trace_kinds: Optional[list[str]] = None,
+          amax_reduction_group: Any = None):
+    """Adam steps on ``(x, y)``; returns the losses, and the trace of each step when ``trace_kinds`` is given.
+
+    ``amax_reduction_group``: the group delayed scaling reduces its amaxes over (as ranks of one data-parallel
+    model must, to keep their scales equal)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=LR)
     losses, traces = [], []
     for step in range(steps):
         optimizer.zero_grad()
-        with te.trace(kinds=trace_kinds) as t, te.autocast(enabled=recipe is not None, recipe=recipe):
+        with te.trace(kinds=trace_kinds) as t, te.autocast(enabled=recipe is not None, recipe=recipe,
+                                                           amax_reduction_group=amax_reduction_group):
             loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
         optimizer.step()
@@ -136,11 +151,12 @@ def _plain(t: torch.Tensor) -> torch.Tensor:
     return t.dequantize() if isinstance(t, QuantizedTensor) else t.clone()
 
 
-def reference(factory: Callable[[str], torch.nn.Module], *, recipe: Any = None, steps: int = STEPS):
+def reference(factory: Callable[[str], torch.nn.Module], *, recipe: Any = None, steps: int = STEPS,
+              out_features: int = 64):
     """Single-process training on the whole batch: (losses, final parameters, initial parameters)."""
     model = build(factory, recipe=recipe)
     initial = {n: _plain(p.detach()) for n, p in model.named_parameters()}
-    x, y = data()
+    x, y = data(out_features)
     losses, _ = train(model, x, y, steps=steps, recipe=recipe)
     return [loss.item() for loss in losses], {n: _plain(p.detach()) for n, p in model.named_parameters()}, initial
 

@@ -1,0 +1,137 @@
+"""FSDP2's all-gather extension for quantized weights: shards stay quantized, the gather moves bytes.
+
+FSDP2 (``torch.distributed.fsdp.fully_shard``) asks a sharded parameter's local tensor for
+``fsdp_pre_all_gather`` (what to all-gather) and ``fsdp_post_all_gather`` (how to rebuild the
+unsharded parameter). :class:`~refops.quantization.quantized_tensor.QuantizedTensor` implements both
+with the functions here, on top of :mod:`refops.quantization.row_layout`:
+
+* **pre**: the shard's row-major arrays (data and un-padded scales, dim 0 over rows). Shared scales are
+  not gathered: they must agree across the shard group, so the shard's quantizer is set to reduce
+  its amax over that group (per-tensor current scaling, NVFP4) before anything re-quantizes it (the
+  optimizer step writes into the shard, which re-quantizes it in place);
+* **post**: the unsharded tensor from the gathered arrays and the shard's shared scales: bit for bit
+  the tensor that quantizing the gathered high-precision weight gives, when the scales agree.
+
+A shard that cannot be kept quantized (uneven sharding, shard rows not a multiple of the scaling
+block, a scheme whose global amax cannot be reduced, delayed scaling's per-rank scales) is an error at
+the first forward, never a silent dequantization.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from .quantized_tensor import QuantizedTensor
+from .row_layout import from_row_major, row_layout, to_row_major
+
+__all__ = ["pre_all_gather", "post_all_gather", "reduce_amax_over"]
+
+
+def reduce_amax_over(tensor: QuantizedTensor, group: Any, *, what: str) -> None:
+    """Give ``tensor`` (a shard) a quantizer whose whole-tensor amax is reduced (MAX) over ``group``.
+
+    Invariant: re-quantizing any shard in place yields the scale that re-quantizing the whole tensor
+    would, so the shards' shared scales keep agreeing. Schemes without a whole-tensor amax (delayed
+    scaling, whose scale comes from the recipe state; MXFP8; FP8 block scaling) are left as they are.
+    """
+    from .float8 import Float8CurrentScalingQuantizer
+    from .nvfp4 import NVFP4Quantizer
+
+    quantizer = tensor.quantizer
+    if not isinstance(quantizer, (Float8CurrentScalingQuantizer, NVFP4Quantizer)):
+        return
+    if quantizer.with_amax_reduction and quantizer.amax_reduction_group is group:
+        return
+    if isinstance(quantizer, NVFP4Quantizer):
+        try:
+            NVFP4Quantizer(with_amax_reduction=True)
+        except NotImplementedError as error:
+            raise NotImplementedError(
+                f"{what}: an NVFP4 weight cannot be sharded by FSDP2 in this refops: each shard would be "
+                f"re-quantized with its own global amax, and NVFP4Quantizer cannot reduce it ({error})"
+            ) from error
+    quantizer = quantizer.copy()
+    quantizer.with_amax_reduction = True
+    quantizer.amax_reduction_group = group
+    tensor._quantizer = quantizer
+
+
+def _refuse_per_rank_scales(tensor: QuantizedTensor, *, what: str) -> None:
+    """Delayed scaling: a shard's scale is its rank's recipe state, which is not kept bit-identical across ranks.
+
+    The scale comes from each rank's amax history (the weight amax each rank records is its own shard's),
+    so after an optimizer step the shards can carry different scales, which one gathered Float8Tensor
+    cannot hold. Refused rather than gathered with a wrong scale.
+    """
+    from .float8 import Float8Quantizer
+
+    if isinstance(tensor.quantizer, Float8Quantizer):
+        raise NotImplementedError(
+            f"{what}: FSDP2 cannot shard a weight stored under delayed scaling in refops: each rank re-quantizes "
+            "its shard with the scale of its own amax history, so the shards' scales can differ and the gathered "
+            "weight would be wrong. Store the weights under Float8CurrentScaling, MXFP8BlockScaling or "
+            "Float8BlockScaling, or build without quantized_model_init (quantized compute under delayed scaling "
+            "with high-precision weights works with FSDP2)"
+        )
+
+
+def pre_all_gather(tensor: QuantizedTensor, mesh: Any, orig_size: torch.Size, module: Any,
+                   mp_policy: Any) -> tuple[tuple[torch.Tensor, ...], Any]:
+    """``fsdp_pre_all_gather``: the shard's row-major arrays, and the metadata to rebuild the whole."""
+    what = f"{type(module).__name__} ({type(tensor).__name__} weight of shape {tuple(orig_size)})"
+    layout = row_layout(tensor, what=what)
+    world = mesh.size()
+    block = layout.block_rows(tensor)
+    if orig_size[0] % world or (orig_size[0] // world) % block:
+        raise NotImplementedError(
+            f"{what}: FSDP2 would cut it into shards of {orig_size[0] / world:g} rows over {world} ranks; a quantized "
+            f"shard must have a whole number of rows that is a multiple of {block} (its scaling block). "
+            "Choose sizes that shard evenly, or keep this weight in high precision"
+        )
+    _refuse_per_rank_scales(tensor, what=what)
+    reduce_amax_over(tensor, mesh.get_group(), what=what)
+    arrays = to_row_major(tensor, what=what)
+    names = tuple(arrays)
+    return tuple(_canonical(a) for a in arrays.values()), (names, layout.granularities(tensor))
+
+
+def _canonical(array: torch.Tensor) -> torch.Tensor:
+    """``array`` with row-major strides even in its size-1 dims (FSDP2 flattens and byte-views its inputs)."""
+    strides, step = [], 1
+    for size in reversed(array.shape):
+        strides.append(step)
+        step *= max(size, 1)
+    if tuple(reversed(strides)) == tuple(array.stride()):
+        return array
+    return torch.empty(array.shape, dtype=array.dtype, device=array.device).copy_(array)
+
+
+def post_all_gather(shard: QuantizedTensor, outputs: tuple[torch.Tensor, ...], metadata: Any,
+                    param_dtype: torch.dtype, *, out: Optional[QuantizedTensor] = None
+                    ) -> Optional[tuple[QuantizedTensor, tuple[torch.Tensor, ...]]]:
+    """``fsdp_post_all_gather``: the unsharded tensor (or ``out`` refilled in place), and its arrays.
+
+    The arrays are returned as FSDP2's "inner tensors": FSDP2 frees their storage when it reshards
+    and re-allocates it before the next gather, when this function refills ``out`` in place.
+    """
+    names, granularities = metadata
+    arrays = dict(zip(names, outputs))
+    rows = arrays[names[0]].shape[0] * granularities[names[0]]
+    shape = torch.Size((rows, *shard.shape[1:]))
+    whole = from_row_major(shard, arrays, shape)
+    if out is not None:
+        for kw, attr in type(out)._CTOR_TENSORS.items():
+            fresh, current = getattr(whole, attr), getattr(out, attr)
+            if fresh is None:
+                continue
+            if current is None or current.shape != fresh.shape:
+                setattr(out, attr, fresh)
+            else:
+                current.copy_(fresh)
+        return None
+    if param_dtype != whole.dtype:
+        whole = type(whole).make_like(whole, dtype=param_dtype)
+    inner = tuple({id(t): t for t in (getattr(whole, a) for a in whole._array_names()) if t is not None}.values())
+    return whole, inner

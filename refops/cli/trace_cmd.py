@@ -18,10 +18,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--recipe", choices=RECIPE_NAMES, help="train under refops.autocast with this recipe")
     p.add_argument("--quantized-weights", action="store_true", help="build inside quantized_model_init")
     p.add_argument("--mermaid", metavar="FILE", help="also write the first step as a Mermaid sequence diagram")
+    p.add_argument("--distributed", type=int, metavar="N",
+                   help="run the FSDP2 demo on N CPU ranks (gloo): meta build, fully_shard, to_empty + "
+                        "reset_parameters, training; print each rank's lifecycle events")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.distributed is not None:
+        return run_distributed(args)
     if args.quantized_weights and args.recipe is None:
         raise SystemExit("refops trace: --quantized-weights needs --recipe")
     recipe = make_recipe(args.recipe) if args.recipe else None
@@ -41,3 +46,32 @@ def run(args: argparse.Namespace) -> int:
         pathlib.Path(args.mermaid).write_text(result.step_traces[1].render_mermaid() + "\n")
         print(f"wrote the first training step as a Mermaid diagram to {args.mermaid}")
     return 0 if result.parameters_kept_identity and result.optimizer_holds_live_parameters else 1
+
+
+def run_distributed(args: argparse.Namespace) -> int:
+    """``--distributed N``: the FSDP2 demo (:mod:`refops.distributed.demo`), one section per rank and phase."""
+    if args.distributed < 1:
+        raise SystemExit("refops trace: --distributed needs N >= 1 ranks")
+    if args.recipe or args.quantized_weights or args.eager or args.mermaid:
+        raise SystemExit("refops trace: --distributed runs its own high-precision meta-built demo; "
+                         "drop --recipe, --quantized-weights, --eager and --mermaid")
+    from ..distributed.demo import run_distributed_demo
+
+    reports = run_distributed_demo(args.distributed, args.steps)
+    for report in reports:
+        for title, events in report.phases:
+            print(f"== rank {report.rank}: {title} ({len(events)} events)")
+            print("\n".join(f"{i:3d}. {e}" for i, e in enumerate(events, 1)) or "   (no lifecycle events)")
+    print("== summary")
+    first = reports[0]
+    print(f"ranks: {len(reports)} (gloo on the CPU); local shards on rank 0: "
+          + ", ".join(f"{n} {list(s)}" for n, s in first.local_shapes.items()))
+    print(f"losses (mean over ranks): {', '.join(f'{loss:.5f}' for loss in first.losses)}")
+    ok = {
+        "every parameter is still the same DTensor object": all(r.kept_identity and r.all_dtensors for r in reports),
+        "full_tensor() equals a single-process eager build (bit for bit)": all(
+            r.init_equals_single_process for r in reports),
+    }
+    for claim, holds in ok.items():
+        print(f"{claim}: {holds}")
+    return 0 if all(ok.values()) else 1

@@ -30,6 +30,7 @@ __all__ = [
     "local_shard_of",
     "place_full_value_into_dtensor",
     "check_fuser_parameters_unsharded",
+    "reset_parameter_owners",
     "PER_OP_SHARDING_FIX",
 ]
 
@@ -108,6 +109,25 @@ def place_full_value_into_dtensor(param: Any, full: torch.Tensor, *, what: str) 
             )
         else:
             local.copy_(shard)
+
+
+def reset_parameter_owners(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """``reset_parameters()`` once on every module that owns parameters, in module order; returns them.
+
+    The FSDP2 route from meta is ``model.to_empty(device=...)`` followed by this. A module counts as an
+    owner when some parameter it registers is not registered by a submodule: a refops ``Linear``'s
+    ``weight``/``bias`` are aliases of its basic ops' parameters, so its basic ops are the owners.
+    Initializing each parameter exactly once, in construction order, keeps the RNG stream equal to an
+    eager build's, so the values equal a single-process eager build under the same seed.
+    """
+    owners = []
+    for module in model.modules():
+        own = list(module.parameters(recurse=False))
+        below = {id(p) for child in module.children() for p in child.parameters()}
+        if own and hasattr(module, "reset_parameters") and not all(id(p) in below for p in own):
+            module.reset_parameters()
+            owners.append(module)
+    return owners
 
 
 def check_fuser_parameters_unsharded(ops: Iterable[torch.nn.Module]) -> None:

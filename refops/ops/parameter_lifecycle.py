@@ -220,6 +220,7 @@ class ParameterLifecycle(torch.nn.Module):
                 device=str(value.device),
                 dtype=str(value.dtype),
                 kept_identity=self._parameters[name] is param,
+                **({"local_shape": list(param._local_tensor.shape)} if sharded else {}),
             )
 
     def _finalize_parameter_value(self, name: str, value: torch.Tensor, *, inference: bool) -> torch.Tensor:

@@ -28,6 +28,27 @@ def test_trace_with_a_recipe_quantized_weights_and_a_mermaid_diagram(tmp_path, c
     assert text.startswith("sequenceDiagram") and "materialize weight" in text
 
 
+def test_trace_distributed_runs_the_fsdp2_demo_on_two_ranks(capsys):
+    """``--distributed 2``: 2 gloo ranks build on meta, shard, materialize and train; each rank's events print."""
+    assert main(["trace", "--distributed", "2", "--steps", "2"]) == 0
+    out = capsys.readouterr().out
+    for rank in (0, 1):
+        for phase in ("build on meta", "fully_shard, to_empty, reset_parameters", "training step 1", "training step 2"):
+            assert f"== rank {rank}: {phase} (" in out, (rank, phase)
+    assert "materialize        BasicLinear.weight  (device=cpu, dtype=torch.float32, kept_identity=True, " \
+           "local_shape=[32, 32])" in out
+    assert "1.weight [32, 32]" in out  # rank 0 holds half the rows of the 64x32 weight
+    assert "every parameter is still the same DTensor object: True" in out
+    assert "full_tensor() equals a single-process eager build (bit for bit): True" in out
+
+
+def test_trace_distributed_refuses_options_it_does_not_use():
+    with pytest.raises(SystemExit, match="--distributed runs its own"):
+        main(["trace", "--distributed", "2", "--recipe", "mxfp8"])
+    with pytest.raises(SystemExit, match="N >= 1"):
+        main(["trace", "--distributed", "0"])
+
+
 def test_check_reference_against_float64(capsys):
     code = main(["check", "--reference-only", "--ops", "linear", "mlp", "--dtypes", "bfloat16",
                  "--recipes", "fp8_current_scaling", "nvfp4"])

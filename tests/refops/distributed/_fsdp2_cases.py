@@ -15,6 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import refops as te
+from refops.distributed.fsdp import reset_parameter_owners
 
 SEED = 1234
 DATA_SEED = 99
@@ -91,14 +92,8 @@ def shard(model: torch.nn.Module, world_size: int, *, children: bool) -> torch.n
 
 
 def reset_all(model: torch.nn.Module) -> None:
-    """``reset_parameters()`` once per parameter owner, in construction order (the FSDP2 contract after
-    ``to_empty``). A ``Linear``'s own parameters are aliases of its basic ops', so its basic ops are the
-    owners; initializing each parameter once keeps the RNG stream equal to an eager build's."""
-    for module in model.modules():
-        own = list(module.parameters(recurse=False))
-        owned_below = {id(p) for child in module.children() for p in child.parameters()}
-        if own and hasattr(module, "reset_parameters") and not all(id(p) in owned_below for p in own):
-            module.reset_parameters()
+    """``reset_parameters()`` once per parameter owner (refops.distributed.fsdp.reset_parameter_owners)."""
+    reset_parameter_owners(model)
 
 
 def train(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, *, steps: int = STEPS, recipe: Any = None,

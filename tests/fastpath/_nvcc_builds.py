@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import tempfile
 import threading
@@ -80,6 +81,13 @@ def cache_dir() -> Optional[pathlib.Path]:
     return pathlib.Path(root) / "refops" / "nvcc"
 
 
+def _kill_group(process: subprocess.Popen) -> None:
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass  # already gone
+
+
 class NvccBuilds:
     """Runs builds on up to ``jobs`` nvcc processes at once; each distinct build runs at most once per session."""
 
@@ -117,7 +125,7 @@ class NvccBuilds:
         with self._lock:
             self._closed = True
             for process in self._running:
-                process.kill()
+                _kill_group(process)
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def _cached_or_run(self, build: Build, key: str) -> Built:
@@ -128,8 +136,8 @@ class NvccBuilds:
                 return Built(data["ok"], data["output"], data["ptx"], 0.0, cached=True)
             except (ValueError, KeyError, OSError, zlib.error):
                 pass  # a damaged entry (a crash while writing, say) is compiled again
-        built = self._run(build)
-        if entry is not None:
+        built, complete = self._run(build)
+        if entry is not None and complete:  # a run killed by a timeout or by close() says nothing about the source
             entry.parent.mkdir(parents=True, exist_ok=True)
             partial = entry.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}")
             record = {"ok": built.ok, "output": built.output, "ptx": built.ptx}
@@ -137,7 +145,8 @@ class NvccBuilds:
             partial.replace(entry)
         return built
 
-    def _run(self, build: Build) -> Built:
+    def _run(self, build: Build) -> tuple[Built, bool]:
+        """nvcc's verdict, and whether nvcc ran to its end (only then is the verdict the source's)."""
         start = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix="refops-nvcc-") as tmp:
             work = pathlib.Path(tmp)
@@ -154,17 +163,22 @@ class NvccBuilds:
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the session ended before this build started")
-                process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                # Its own process group: nvcc's children (cicc, ptxas) hold the output pipe, so they are stopped too.
+                process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                           start_new_session=True)
                 self._running.add(process)
+            complete = True
             try:
                 output, _ = process.communicate(timeout=TIMEOUT_S)
             except subprocess.TimeoutExpired:
-                process.kill()
+                _kill_group(process)
                 output = process.communicate()[0] + f"\n(killed after {TIMEOUT_S} s)"
+                complete = False
             finally:
                 with self._lock:
                     self._running.discard(process)
+                    complete = complete and not self._closed
             ok = process.returncode == 0
             ptx_files = sorted(work.glob("*.ptx"))
             ptx = ptx_files[0].read_text() if ok and len(ptx_files) == 1 else None
-        return Built(ok, output.strip(), ptx, time.perf_counter() - start)
+        return Built(ok, output.strip(), ptx, time.perf_counter() - start), complete

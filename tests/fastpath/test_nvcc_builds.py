@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pathlib
 import stat
+import time
 
 import pytest
 from _nvcc_builds import Build, NvccBuilds, cache_dir
@@ -21,6 +22,7 @@ while [ $# -gt 0 ]; do
     *) shift;;
   esac
 done
+if grep -q SLOW "$src"; then sleep 30; fi
 if grep -q FAIL "$src"; then echo "error: $src says FAIL"; exit 2; fi
 case "$out" in
   *.ptx) cat "$src" > "$out";;
@@ -84,6 +86,17 @@ def test_a_damaged_entry_is_built_again(fake):
     entry.write_bytes(entry.read_bytes()[:-3])  # cut short by a crash, say
     rebuilt = builds().result(build)
     assert rebuilt.ok and not rebuilt.cached and rebuilt.ptx == "// t\n" and runs() == 2
+
+
+def test_a_build_stopped_by_the_session_end_is_not_cached(fake):
+    kernels, builds, runs = fake
+    session = builds()
+    future = session.start(Build("slow.cu", (), "ptx", text="SLOW\n"))
+    while runs() == 0:  # nvcc has started
+        time.sleep(0.01)
+    session.close()
+    assert not future.result(timeout=10).ok
+    assert not (kernels.parent / "cache").exists() or not any((kernels.parent / "cache").iterdir())
 
 
 def test_where_the_cache_lives(monkeypatch, tmp_path):

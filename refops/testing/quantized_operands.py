@@ -22,7 +22,7 @@ is itself a refops model (another kernel backend) is recorded the same way.
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from typing import Any, Iterator, Optional
 
 import torch
 
@@ -31,21 +31,31 @@ from ..quantization.quantizer import Quantizer
 from . import quantizer_layout as layout
 from .tensor_report import TensorComparison, compare_tensors
 
-__all__ = ["HOOK", "recording", "reference_operands", "compare_operands"]
+__all__ = ["HOOK", "Recorded", "recording", "reference_operands", "operand_sources", "same_source", "compare_operands"]
 
 #: The method a candidate module defines to expose its quantized operands.
 HOOK = "refops_quantized_operands"
 
 
+class Recorded(dict):
+    """``{id(quantizer): its last output}``, and in ``sources`` the high-precision tensor it quantized."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sources: dict[int, Optional[torch.Tensor]] = {}
+
+
 @contextlib.contextmanager
-def recording() -> Iterator[dict[int, QuantizedTensor]]:
-    """Within the block, ``{id(quantizer): its last output}`` for every quantizer call."""
-    seen: dict[int, QuantizedTensor] = {}
+def recording() -> Iterator[Recorded]:
+    """Within the block, every quantizer call's output and input, by quantizer."""
+    seen = Recorded()
     original = Quantizer.quantize
 
     def quantize(self, tensor, *, out=None):
         result = original(self, tensor, out=out)
         seen[id(self)] = result
+        plain = isinstance(tensor, torch.Tensor) and not isinstance(tensor, QuantizedTensor)
+        seen.sources[id(self)] = tensor.detach().clone() if plain else None
         return result
 
     Quantizer.quantize = quantize
@@ -55,18 +65,11 @@ def recording() -> Iterator[dict[int, QuantizedTensor]]:
         Quantizer.quantize = original
 
 
-def reference_operands(
-    module: torch.nn.Module, seen: dict[int, QuantizedTensor], *, deterministic_only: bool = False
-) -> dict[str, QuantizedTensor]:
-    """The recorded outputs of ``module``'s quantizers, named ``"<parameter prefix>.<role>"``.
-
-    ``deterministic_only`` leaves out quantizers that round stochastically: two runs draw
-    different random bits, so their bytes are not comparable.
-    """
+def _named_quantizers(module: torch.nn.Module, seen: Recorded, deterministic_only: bool) -> Iterator[tuple[str, int]]:
+    """``("<parameter prefix>.<role>", id(quantizer))`` for every quantizer of ``module`` that ``seen`` recorded."""
     first_name = {}
     for name, p in module.named_parameters():
         first_name.setdefault(id(p), name)
-    operands = {}
     for path, sub in module.named_modules():
         quantizers = getattr(sub, "_quantizers", None) or {}
         weight = getattr(sub, "weight", None)
@@ -79,8 +82,30 @@ def reference_operands(
                 if deterministic_only and getattr(quantizer, "stochastic_rounding", False):
                     continue
                 role = roles[index].tensor_type if roles and roles[index].tensor_type else f"{mode}{index}"
-                operands[f"{prefix}.{role}" if prefix else role] = seen[id(quantizer)]
-    return operands
+                yield (f"{prefix}.{role}" if prefix else role), id(quantizer)
+
+
+def reference_operands(
+    module: torch.nn.Module, seen: Recorded, *, deterministic_only: bool = False
+) -> dict[str, QuantizedTensor]:
+    """The recorded outputs of ``module``'s quantizers, named ``"<parameter prefix>.<role>"``.
+
+    ``deterministic_only`` leaves out quantizers that round stochastically: two runs draw
+    different random bits, so their bytes are not comparable.
+    """
+    return {name: seen[key] for name, key in _named_quantizers(module, seen, deterministic_only)}
+
+
+def operand_sources(module: torch.nn.Module, seen: Recorded) -> dict[str, Optional[torch.Tensor]]:
+    """The high-precision tensor each named operand was quantized from (None when it was already quantized)."""
+    return {name: seen.sources.get(key) for name, key in _named_quantizers(module, seen, False)}
+
+
+def same_source(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
+    """Whether two operands were quantized from bit-identical tensors (only then must their bytes agree)."""
+    if a is None or b is None or a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return torch.equal(layout.as_bits(a.cpu()), layout.as_bits(b.cpu()))
 
 
 def compare_operands(candidate: dict[str, Any], reference: dict[str, QuantizedTensor]) -> list[TensorComparison]:

@@ -184,3 +184,30 @@ def test_a_refops_candidate_under_another_backend_has_every_operand_compared_byt
         for role in ("input", "weight", "grad_output"):
             assert f"operand {op}.{role}[rowwise data]" in names and f"operand {op}.{role}[rowwise scale_inv]" in names
     assert report.tier("bytes (exact)").ran and report.tier("bytes (exact)").count == len(names) == 24
+
+
+def test_operands_quantized_from_different_tensors_are_not_compared_byte_for_byte_and_the_report_says_so():
+    from refops.kernels import ReferenceKernels, register_backend
+
+    class RoundedGemm(ReferenceKernels):
+        """GEMM results rounded through bf16: everything downstream of the first GEMM differs a little."""
+
+        name = "test-rounded-gemm"
+
+        def gemm(self, a, b, **kwargs):
+            out = super().gemm(a, b, **kwargs)
+            return out.to(torch.bfloat16).to(out.dtype)
+
+    register_backend("test-rounded-gemm", RoundedGemm)
+
+    def mlp(device):
+        return te.ops.Sequential(te.ops.Linear(64, 64, device=device), te.ops.GELU(), te.ops.Linear(64, 64, device=device))
+
+    report = compare_backends(mlp, (torch.randn(32, 64),), recipe=make_recipe("mxfp8"),
+                              candidate_backend="test-rounded-gemm", sqnr_floor_db=10)
+    names = {c.name for c in report.comparisons if c.name.startswith("operand ")}
+    assert "operand 0.input[rowwise data]" in names and "operand 2.weight[rowwise data]" in names  # same sources
+    assert "operand 2.input[rowwise data]" not in names  # the GELU of a rounded GEMM: another tensor
+    assert all(c.passed for c in report.comparisons if c.name in names)
+    why = report.tier("bytes (exact)").why
+    assert "quantized different high-precision tensors" in why and "2.input" in why

@@ -1,4 +1,9 @@
-"""The oracle: helpers for comparing implementations with the reference."""
+"""The oracle: helpers for comparing implementations with the reference.
+
+Start with :func:`check_quantizer` (a quantizing kernel against the reference, bit for bit,
+on adversarial inputs), then :func:`compare_modules` / :func:`compare_backends` (whole modules,
+under the three-tier policy, with a report of which tiers ran) and :func:`check_lifecycle`.
+"""
 
 from .quantizer_check import QuantizerCheckReport, QuantizerMismatch, check_quantizer
 from .compare import ComparisonReport, TierRun, compare_backends, compare_modules, recipe_tols

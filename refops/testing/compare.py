@@ -9,6 +9,10 @@ GEMM tolerance), and the output's SQNR against a floor. The candidate can be any
 module with a ``te.ops``-compatible structure (TransformerEngine itself, run
 under its own ``autocast`` via ``candidate_context``) or refops under another
 backend (:func:`compare_backends`).
+
+The report lists every tier that ran and every tier that did not, with the reason
+(:class:`TierRun`): a candidate that returns plain tensors has no quantized bytes to
+compare unless it exposes its operands (:mod:`refops.testing.quantized_operands`).
 """
 
 from __future__ import annotations

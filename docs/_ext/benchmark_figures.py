@@ -5,7 +5,8 @@
 
 * ``figures-summary.md``: the table that opens ``docs/benchmarks.md``, made from the record's
   ``fastpath_bench.json``: each kernel family's time, bandwidth and share of the copy, against its floor;
-* ``figures-bench.md`` and ``fastpath_roofline.png``: the record's full tables and roofline, as they are.
+* ``figures-bench.md``: the record's ``fastpath_bench.md`` from its first section (``## Kernels``) on, without its
+  title and its own image line; ``fastpath_roofline.png``: the record's roofline.
 
 A new verification run replaces the cited one by changing ``refops_figures_run`` alone.
 """
@@ -23,7 +24,7 @@ from sphinx.util import logging
 
 from refops_artifacts import write_if_changed
 
-__all__ = ["FLOORS", "record_dir", "summary_markdown", "setup"]
+__all__ = ["FLOORS", "record_dir", "record_tables", "summary_markdown", "setup"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,15 @@ def summary_markdown(data: dict, run: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def record_tables(markdown: str) -> str:
+    """The benchmark's report from its first ``## `` section on, less any image line (the page shows the figure)."""
+    lines = markdown.splitlines()
+    first = next((i for i, line in enumerate(lines) if line.startswith("## ")), None)
+    if first is None:
+        raise ExtensionError("benchmark_figures: the record's fastpath_bench.md has no '## ' section")
+    return "\n".join(line for line in lines[first:] if not line.startswith("![")).rstrip() + "\n"
+
+
 def _on_builder_inited(app: Sphinx) -> None:
     start = time.perf_counter()
     run = app.config.refops_figures_run
@@ -102,7 +112,7 @@ def _on_builder_inited(app: Sphinx) -> None:
     out.mkdir(parents=True, exist_ok=True)
     data = json.loads((record / "fastpath_bench.json").read_text())
     write_if_changed(out / "figures-summary.md", summary_markdown(data, run).encode())
-    write_if_changed(out / "figures-bench.md", (record / "fastpath_bench.md").read_bytes())
+    write_if_changed(out / "figures-bench.md", record_tables((record / "fastpath_bench.md").read_text()).encode())
     write_if_changed(out / "fastpath_roofline.png", (record / "fastpath_roofline.png").read_bytes())
     logger.info("benchmark figures from %s in %.1f s", record, time.perf_counter() - start)
 

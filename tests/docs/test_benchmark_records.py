@@ -71,3 +71,10 @@ def test_the_figures_table_holds_each_family_against_its_floor(benchmark_figures
     assert "| quantize (2) | 0.100-0.300 | 1200-3900 | 30-98 | >= 85 % | nvfp4 a (30 %) |" in table
     assert "| activation (1) | 0.120 | 3300 | 82 | >= 80 % | none |" in table  # the reference's row is not counted
     assert "dequantize" not in table and "pipeline" not in table  # no rows for what the run did not measure
+
+
+def test_the_page_takes_the_record_tables_from_their_first_section(benchmark_figures):
+    report = "# Fast-path benchmark\n\nGPU X; shape line\n\n## Kernels\n\n| a |\n\n## Pipeline\n\n![roofline](r.png)\n"
+    assert benchmark_figures.record_tables(report) == "## Kernels\n\n| a |\n\n## Pipeline\n"
+    with pytest.raises(Exception, match="no '## ' section"):
+        benchmark_figures.record_tables("# title only\n")

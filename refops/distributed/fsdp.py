@@ -31,6 +31,7 @@ __all__ = [
     "place_full_value_into_dtensor",
     "check_fuser_parameters_unsharded",
     "reset_parameter_owners",
+    "refuse_dtensor_input",
     "PER_OP_SHARDING_FIX",
 ]
 
@@ -51,6 +52,21 @@ def is_dtensor(tensor: Any) -> bool:
     """Whether ``tensor`` is a ``torch.distributed.tensor.DTensor`` (cheap when DTensor was never imported)."""
     cls = _dtensor_class()
     return cls is not None and isinstance(tensor, cls)
+
+
+def refuse_dtensor_input(quantizer: Any, tensor: Any) -> None:
+    """A quantizer is given a DTensor: a ``TypeError`` saying what to do instead.
+
+    refops' quantizers compute on plain tensors; on a DTensor, a per-tensor scale would be computed
+    from an implicitly replicated amax, and the result would not be a sharded quantized tensor.
+    """
+    if is_dtensor(tensor):
+        raise TypeError(
+            f"{type(quantizer).__name__}: cannot quantize a DTensor ({tensor.placements}); quantize its local "
+            "shard (tensor.to_local()), with the amax reduced over the mesh's group where the scheme has a "
+            "whole-tensor scale (with_amax_reduction=True, amax_reduction_group=...), or keep DTensor "
+            "computations in high precision (docs/distributed.md)"
+        )
 
 
 def local_shard_of(full: torch.Tensor, like: Any, *, what: str) -> torch.Tensor:

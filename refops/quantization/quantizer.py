@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
 
 import torch
 
+from ..distributed.fsdp import refuse_dtensor_input
+
 if TYPE_CHECKING:
     from .quantized_tensor import QuantizedTensor
 
@@ -163,6 +165,7 @@ class Quantizer(abc.ABC):
     def _high_precision_input(self, tensor: torch.Tensor) -> torch.Tensor:
         from .quantized_tensor import QuantizedTensor
 
+        refuse_dtensor_input(self, tensor)  # refops quantizes plain tensors (docs/distributed.md)
         if isinstance(tensor, QuantizedTensor):
             tensor = tensor.dequantize()
         if not isinstance(tensor, torch.Tensor) or tensor.dtype not in _SUPPORTED_INPUT_DTYPES:

@@ -66,6 +66,14 @@ def _cases(rank, world_size):
             out[mode]["quantized"] = "no error"
         except NotImplementedError as error:
             out[mode]["quantized"] = str(error)
+    from refops.quantization.float8 import Float8CurrentScalingQuantizer
+    from refops.quantization.quantizer import DType
+
+    try:
+        Float8CurrentScalingQuantizer(DType.kFloat8E4M3)(distribute_tensor(x, mesh, [Shard(0)]))
+        out["quantizer_on_dtensor"] = "no error"
+    except TypeError as error:
+        out["quantizer_on_dtensor"] = str(error)
     return out
 
 
@@ -93,3 +101,11 @@ def test_t1_quantized_dtensor_tensor_parallelism_is_a_documented_error(results, 
         assert message.startswith("Linear: its parameters ['weight'] are DTensors"), message
         assert "under Float8CurrentScaling" in message and "tensor_parallel_mode" in message
         assert "docs/tensor-parallel.md" in message
+
+
+def test_a_quantizer_given_a_dtensor_is_a_clear_error(results):
+    """Not an AssertionError after an implicitly replicated amax: a TypeError saying what to quantize instead."""
+    for r in results:
+        message = r["quantizer_on_dtensor"]
+        assert message.startswith("Float8CurrentScalingQuantizer: cannot quantize a DTensor"), message
+        assert "to_local()" in message and "amax_reduction_group" in message

@@ -175,6 +175,11 @@ def test_mermaid_renders_from_the_local_pinned_script(site):
     assert page.index("_static/mermaid.min.js") < page.index(mermaid_offline.INIT_SCRIPT)
     assert 'type="module"' not in page, "an ES module import fails in pages opened from disk"
     assert "mermaid.min.js" not in (site / "oracle.html").read_text(), "a page without diagrams loads Mermaid"
+    for other in site.rglob("*.html"):
+        text = other.read_text()
+        if 'class="mermaid"' in text:
+            local = [u for u in loaded_urls(text) if u.endswith("_static/mermaid.min.js")]
+            assert len(local) == 1 and mermaid_offline.INIT_SCRIPT in text, f"{other.name} has diagrams, no Mermaid"
 
 
 def test_math_renders_from_the_local_mathjax(site):

@@ -88,11 +88,14 @@ def _reference_quantizer(quantizer_or_recipe: Union[Quantizer, Recipe], role: st
 
 
 def _describe_quantizer(q: Quantizer) -> str:
+    """``Float8BlockQuantizer(dtype=kFloat8E4M3, force_pow_2_scales=True, block_scaling_dim=1)``: the class
+    and the options that change the numerics (off-by-default flags only when set)."""
     options = []
     for name in ("dtype", "force_pow_2_scales", "amax_epsilon", "block_scaling_dim", "with_2d_quantization",
                  "with_rht", "row_scaled_nvfp4", "nvfp4_use_4over6"):
         value = getattr(q, name, None)
-        if value is None or (name != "dtype" and value in (False, 0.0) and name != "force_pow_2_scales"):
+        always_shown = name in ("dtype", "force_pow_2_scales", "block_scaling_dim")
+        if value is None or (not always_shown and not value):
             continue
         options.append(f"{name}={value.name if name == 'dtype' else value}")
     return f"{type(q).__name__}({', '.join(options)})"

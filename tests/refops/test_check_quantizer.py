@@ -229,3 +229,25 @@ def test_an_nvfp4_candidate_that_divides_by_the_block_scale_is_caught_and_the_ri
     assert wrong["ties", "float32", "rowwise"].code_mismatches > 100  # the E2M1 ties, through the block scale
     assert wrong["zero_blocks", "float32", "rowwise"].status == "differs"  # s_b = 0: 0 / 0 is NaN, not 0
     assert wrong["normal", "float32", "rowwise"].status == "ok"
+
+
+def _mxfp8_rowwise(x, ties_away: bool):
+    """A plain-torch MXFP8 row-wise quantizer (recipes-numerics §2.3); ``ties_away`` rounds half away from zero."""
+    from refops.formats import e8m0_encode_multiplier, e8m0_from_fp32
+
+    m, k = x.reshape(-1, x.shape[-1]).shape
+    blocks = x.reshape(m, k // 32, 32).float()
+    e = e8m0_from_fp32(torch.where(torch.isnan(blocks), 0.0, blocks.abs()).amax(-1) * torch.tensor(1 / 448))
+    scaled = (blocks * e8m0_encode_multiplier(e).unsqueeze(-1)).clamp(-448, 448)
+    if ties_away:  # one ulp outward before the round-to-nearest-even cast: every tie goes up in magnitude
+        scaled = torch.where(scaled == 0, scaled, torch.nextafter(scaled, 2 * scaled))
+    return scaled.to(torch.float8_e4m3fn).reshape(m, k), e
+
+
+def test_the_ties_case_holds_exact_ties_round_half_away_from_zero_is_caught_where_random_fp32_is_not():
+    quantizer = MXFP8Quantizer(DType.kFloat8E4M3)
+    check_quantizer(lambda x, q: _mxfp8_rowwise(x, ties_away=False), quantizer, usages=["rowwise"]).assert_ok()
+    report = check_quantizer(lambda x, q: _mxfp8_rowwise(x, ties_away=True), quantizer, usages=["rowwise"],
+                             dtypes=[torch.float32])
+    assert [r.case for r in report.failures] == ["ties"]  # fp32 random values never land on a tie
+    assert report["ties", "float32", "rowwise"].code_mismatches > 1000

@@ -29,7 +29,7 @@ from .row_layout import from_row_major, row_layout, to_row_major
 __all__ = ["pre_all_gather", "post_all_gather", "reduce_amax_over"]
 
 
-def reduce_amax_over(tensor: QuantizedTensor, group: Any, *, what: str) -> None:
+def reduce_amax_over(tensor: QuantizedTensor, group: Any) -> None:
     """Give ``tensor`` (a shard) a quantizer whose whole-tensor amax is reduced (MAX) over ``group``.
 
     Invariant: re-quantizing any shard in place yields the scale that re-quantizing the whole tensor
@@ -44,14 +44,6 @@ def reduce_amax_over(tensor: QuantizedTensor, group: Any, *, what: str) -> None:
         return
     if quantizer.with_amax_reduction and quantizer.amax_reduction_group is group:
         return
-    if isinstance(quantizer, NVFP4Quantizer):
-        try:
-            NVFP4Quantizer(with_amax_reduction=True)
-        except NotImplementedError as error:
-            raise NotImplementedError(
-                f"{what}: an NVFP4 weight cannot be sharded by FSDP2 in this refops: each shard would be "
-                f"re-quantized with its own global amax, and NVFP4Quantizer cannot reduce it ({error})"
-            ) from error
     quantizer = quantizer.copy()
     quantizer.with_amax_reduction = True
     quantizer.amax_reduction_group = group
@@ -91,7 +83,7 @@ def pre_all_gather(tensor: QuantizedTensor, mesh: Any, orig_size: torch.Size, mo
             "Choose sizes that shard evenly, or keep this weight in high precision"
         )
     _refuse_per_rank_scales(tensor, what=what)
-    reduce_amax_over(tensor, mesh.get_group(), what=what)
+    reduce_amax_over(tensor, mesh.get_group())
     arrays = to_row_major(tensor, what=what)
     names = tuple(arrays)
     return tuple(_canonical(a) for a in arrays.values()), (names, layout.granularities(tensor))

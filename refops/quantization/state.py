@@ -50,9 +50,13 @@ class _GlobalState:
     parameters_enabled: bool = False
     parameters_recipe: Any = None
     high_precision_init_val: bool = False
-    # Delayed-scaling states (forward, backward) that take part in updates.
-    forward_states: "weakref.WeakSet[Any]" = dataclasses.field(default_factory=weakref.WeakSet)
-    backward_states: "weakref.WeakSet[Any]" = dataclasses.field(default_factory=weakref.WeakSet)
+    # Delayed-scaling states (forward, backward) that take part in updates, in registration order:
+    # with amax reduction each state's update is a collective, so every rank must visit the states
+    # in the same order (a WeakSet's order depends on addresses, which differ between ranks).
+    forward_states: "weakref.WeakKeyDictionary[Any, None]" = dataclasses.field(
+        default_factory=weakref.WeakKeyDictionary)
+    backward_states: "weakref.WeakKeyDictionary[Any, None]" = dataclasses.field(
+        default_factory=weakref.WeakKeyDictionary)
 
 
 _STATE = _GlobalState()
@@ -102,7 +106,7 @@ def preserve_high_precision_init_val() -> bool:
 
 def register_delayed_state(state: Any, mode: str) -> None:
     """Let a delayed-scaling recipe state take part in the ``mode`` ("forward"/"backward") updates."""
-    (_STATE.forward_states if mode == "forward" else _STATE.backward_states).add(state)
+    (_STATE.forward_states if mode == "forward" else _STATE.backward_states)[state] = None
 
 
 def claim_first_module() -> bool:

@@ -9,12 +9,14 @@ with the functions here, on top of :mod:`refops.quantization.row_layout`:
   not gathered: they must agree across the shard group, so the shard's quantizer is set to reduce
   its amax over that group (per-tensor current scaling, NVFP4) before anything re-quantizes it (the
   optimizer step writes into the shard, which re-quantizes it in place);
-* **post**: the unsharded tensor from the gathered arrays and the shard's shared scales: bit for bit
-  the tensor that quantizing the gathered high-precision weight gives, when the scales agree.
+* **post**: the unsharded tensor from the gathered arrays and the shared scales, which every rank's
+  shard must hold identically (they are gathered too, one row per rank, and compared): bit for bit
+  the tensor that quantizing the gathered high-precision weight gives.
 
 A shard that cannot be kept quantized (uneven sharding, shard rows not a multiple of the scaling
-block, a scheme whose global amax cannot be reduced, delayed scaling's per-rank scales) is an error at
-the first forward, never a silent dequantization.
+block) is an error at the first forward, never a silent dequantization; so are shards whose
+whole-tensor scales disagree (delayed scaling without amax reduction over the data-parallel group),
+checked at every gather.
 """
 
 from __future__ import annotations
@@ -50,25 +52,6 @@ def reduce_amax_over(tensor: QuantizedTensor, group: Any) -> None:
     tensor._quantizer = quantizer
 
 
-def _refuse_per_rank_scales(tensor: QuantizedTensor, *, what: str) -> None:
-    """Delayed scaling: a shard's scale is its rank's recipe state, which is not kept bit-identical across ranks.
-
-    The scale comes from each rank's amax history (the weight amax each rank records is its own shard's),
-    so after an optimizer step the shards can carry different scales, which one gathered Float8Tensor
-    cannot hold. Refused rather than gathered with a wrong scale.
-    """
-    from .float8 import Float8Quantizer
-
-    if isinstance(tensor.quantizer, Float8Quantizer):
-        raise NotImplementedError(
-            f"{what}: FSDP2 cannot shard a weight stored under delayed scaling in refops: each rank re-quantizes "
-            "its shard with the scale of its own amax history, so the shards' scales can differ and the gathered "
-            "weight would be wrong. Store the weights under Float8CurrentScaling, MXFP8BlockScaling or "
-            "Float8BlockScaling, or build without quantized_model_init (quantized compute under delayed scaling "
-            "with high-precision weights works with FSDP2)"
-        )
-
-
 def pre_all_gather(tensor: QuantizedTensor, mesh: Any, orig_size: torch.Size, module: Any,
                    mp_policy: Any) -> tuple[tuple[torch.Tensor, ...], Any]:
     """``fsdp_pre_all_gather``: the shard's row-major arrays, and the metadata to rebuild the whole."""
@@ -82,11 +65,30 @@ def pre_all_gather(tensor: QuantizedTensor, mesh: Any, orig_size: torch.Size, mo
             f"shard must have a whole number of rows that is a multiple of {block} (its scaling block). "
             "Choose sizes that shard evenly, or keep this weight in high precision"
         )
-    _refuse_per_rank_scales(tensor, what=what)
     reduce_amax_over(tensor, mesh.get_group())
     arrays = to_row_major(tensor, what=what)
     names = tuple(arrays)
-    return tuple(_canonical(a) for a in arrays.values()), (names, layout.granularities(tensor))
+    # Whole-tensor scales travel too, one row per rank, so that the gather can check they agree.
+    metadata = tensor.get_metadata()
+    shared = tuple(kw for kw in layout.shared if metadata[kw] is not None)
+    inputs = [*arrays.values(), *(metadata[kw].reshape(1, -1) for kw in shared)]
+    return tuple(_canonical(a) for a in inputs), (names, shared, layout.granularities(tensor), what)
+
+
+def _agreed(kw: str, gathered: torch.Tensor, what: str) -> torch.Tensor:
+    """The one value of a whole-tensor array that every rank's shard holds (a row per rank), or an error.
+
+    Shards quantized with different scales cannot form one tensor: one rank's scale applied to
+    another rank's bytes gives wrong values. Delayed scaling keeps the ranks' scales equal only when
+    its amaxes are reduced over the data-parallel group.
+    """
+    if not all(torch.equal(row, gathered[0]) for row in gathered[1:]):
+        raise RuntimeError(
+            f"{what}: the shards carry different {kw} ({[row.tolist() for row in gathered]}), so they cannot be "
+            "gathered into one weight. Under delayed scaling, give autocast the data-parallel group "
+            "(te.autocast(recipe=..., amax_reduction_group=group)) so that every rank's scales update alike"
+        )
+    return gathered[0].clone()
 
 
 def _canonical(array: torch.Tensor) -> torch.Tensor:
@@ -108,11 +110,13 @@ def post_all_gather(shard: QuantizedTensor, outputs: tuple[torch.Tensor, ...], m
     The arrays are returned as FSDP2's "inner tensors": FSDP2 frees their storage when it reshards
     and re-allocates it before the next gather, when this function refills ``out`` in place.
     """
-    names, granularities = metadata
+    names, shared_names, granularities, what = metadata
     arrays = dict(zip(names, outputs))
+    shared = {kw: _agreed(kw, gathered, what) for kw, gathered in zip(shared_names, outputs[len(names):])}
     rows = arrays[names[0]].shape[0] * granularities[names[0]]
     shape = torch.Size((rows, *shard.shape[1:]))
-    whole = from_row_major(shard, arrays, shape)
+    whole = from_row_major(shard, arrays, shape, {kw: v.reshape(shard.get_metadata()[kw].shape)
+                                                  for kw, v in shared.items()})
     if out is not None:
         for kw, attr in type(out)._CTOR_TENSORS.items():
             fresh, current = getattr(whole, attr), getattr(out, attr)

@@ -48,12 +48,13 @@ def abs_max(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """``max |x|`` over ``dim`` (over every element when None), fp32, NaNs skipped like CUDA's ``fmaxf``.
 
     Exact: ``max |x| = max(|max x|, |min x|)``, the max of exactly converted
-    values. ``aminmax`` reads ``x`` once and writes nothing of its size. It
-    propagates NaN, so a NaN result means a NaN among its elements: only then is
-    the max taken again with NaNs counted as 0 (an all-NaN region gives 0).
-    ``x`` must not be empty along ``dim``.
+    values. The reductions read ``x`` and write nothing of its size (``aminmax``
+    over everything; ``amax`` and ``amin`` along a dim, where torch's CPU kernels
+    for them are faster). They propagate NaN, so a NaN result means a NaN among
+    its elements: only then is the max taken again with NaNs counted as 0 (an
+    all-NaN region gives 0). ``x`` must not be empty along ``dim``.
     """
-    lo, hi = torch.aminmax(x) if dim is None else torch.aminmax(x, dim=dim)
+    lo, hi = torch.aminmax(x) if dim is None else (x.amin(dim=dim), x.amax(dim=dim))
     result = torch.maximum(lo.abs(), hi.abs()).float()
     if _may_hold_nan(result):
         nan_free = torch.where(torch.isnan(x), torch.zeros_like(x), x.abs())

@@ -67,11 +67,7 @@ def _tiles(x2: torch.Tensor, tile_rows: int) -> torch.Tensor:
 def _quantize_tiles(
     x2: torch.Tensor, tile_rows: int, *, fp8_dtype: torch.dtype, scale_args: dict
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(q (R, C) uint8, scale_inv (R/tile_rows, C/128) fp32)`` of one orientation.
-
-    ``x2`` may be fp32, fp16 or bf16: its values meet the fp32 scale inside the
-    multiply (converted exactly, one RN).
-    """
+    """``(q (R, C) uint8, scale_inv (R/tile_rows, C/128) fp32)`` of one orientation (``x2`` fp32)."""
     r, c = x2.shape
     tiles = _tiles(x2, tile_rows)
     block_amax = abs_max(tiles, dim=3)  # per row of each tile
@@ -105,7 +101,7 @@ def quantize_float8_block(
         raise ValueError(f"block_scaling_dim must be 1 or 2, got {block_scaling_dim}")
     k = x.shape[-1] if x.dim() > 0 else 1
     lead = tuple(x.shape[:-1])
-    x2 = x.reshape(-1, k)
+    x2 = x.reshape(-1, k).float()  # exact; the multiplies below then run on fp32 alone
     m = x2.shape[0]
     scale_args = dict(
         fmax=float8_format(fp8_dtype).max,

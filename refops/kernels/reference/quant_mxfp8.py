@@ -70,11 +70,7 @@ def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
 
 
 def _quantize_blocks(blocks: torch.Tensor, e: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
-    """``Q_F(x * 2^(127-e))`` with ``e`` already broadcast against ``blocks``.
-
-    ``blocks`` may be fp32, fp16 or bf16: its values meet the fp32 multiplier
-    inside the multiply (converted exactly; the product is exact).
-    """
+    """``Q_F(x * 2^(127-e))`` with ``e`` already broadcast against fp32 ``blocks`` (the product is exact)."""
     scaled = blocks * e8m0_encode_multiplier(e)
     return float8_format(fp8_dtype).quantize(scaled, overwrite=True).view(torch.uint8)
 
@@ -97,7 +93,7 @@ def quantize_mxfp8(
     check_mxfp8_shape(x.shape)
     m, k = _rows_cols(x.shape)
     b = MXFP8_BLOCK_SIZE
-    x2 = x.reshape(m, k)
+    x2 = x.reshape(m, k).float()  # exact; the multiplies below then run on fp32 alone
     row_shape = (_round_up(m, 128), _round_up(k // b, 4))
     col_shape = (_round_up(m // b, 4), _round_up(k, 128))
     if with_2d_quantization:

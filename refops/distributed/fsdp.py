@@ -13,6 +13,10 @@ What refops guarantees (``docs/distributed.md``):
 * **Per-op sharding inside a refops ``Sequential`` is refused** with an error that names the fix: the
   fuser calls ``fuser_forward`` directly, so FSDP2's per-module hooks (which unshard the parameters)
   never run. Shard the root or a parent block, or use ``torch.nn.Sequential``.
+* **DTensors are computed on in high precision only.** DTensor tensor parallelism (``distribute_module``)
+  works without a recipe; under one, or with quantized weights, the fuser refuses and names refops'
+  tensor-parallel ops, and a quantizer given a DTensor refuses too (quantized shards under FSDP2 are
+  plain local tensors inside DTensors, handled by ``refops.quantization.fsdp_gather``).
 
 Nothing here imports ``torch.distributed.fsdp`` or ``torch.distributed.tensor`` unless the caller
 already has: a process that never touched them pays one dictionary lookup per check.

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+# pytester's in-process runs put sys.modules back as they found it. A torch module first imported inside
+# one (an optimizer's first step imports torch._dynamo lazily) is then imported a second time by a later
+# test and registers its operator library twice ("Only a single TORCH_LIBRARY can be used to register the
+# namespace _inductor_test"). Imported here, at collection, it is part of every snapshot.
+import torch._dynamo  # noqa: F401
+
 pytest_plugins = ["pytester"]
 
 

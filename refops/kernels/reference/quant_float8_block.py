@@ -48,6 +48,8 @@ def _value_for_inf(dtype: torch.dtype) -> float:
 
 
 def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    if tuple(valid.shape) == (rows, cols):
+        return valid.clone(memory_format=torch.contiguous_format)  # already whole: a copy, no padding
     out = torch.zeros(rows, cols, dtype=torch.float32, device=valid.device)
     out[: valid.shape[0], : valid.shape[1]] = valid
     return out

@@ -64,6 +64,8 @@ def _scale_bytes(block_amax: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tens
 
 
 def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
+    if tuple(valid.shape) == (rows, cols):
+        return valid.clone(memory_format=torch.contiguous_format)  # already whole: a copy, no padding
     out = torch.zeros(rows, cols, dtype=torch.uint8, device=valid.device)
     out[: valid.shape[0], : valid.shape[1]] = valid
     return out

@@ -164,7 +164,7 @@ def e2m1_round_nearest_even(v: torch.Tensor) -> torch.Tensor:
 
 
 def _sr_step(a: torch.Tensor) -> torch.Tensor:
-    return torch.where(a < 2.0, 0.5, torch.where(a < 4.0, 1.0, 2.0))
+    return torch.where(a < 2.0, 0.5, torch.where(a < 4.0, 1.0, torch.full_like(a, 2.0)))  # a's dtype
 
 
 def e2m1_stochastic_round(v: torch.Tensor, random_bytes: torch.Tensor) -> torch.Tensor:

@@ -130,8 +130,7 @@ def quantize_float8(
     """
     fmt = float8_format(fp8_dtype)
     scale = scale.reshape(1).float()
-    # ``x`` (any float dtype) meets the fp32 scale inside the multiply: converted exactly, one RN.
-    q = fmt.quantize(x * scale, overwrite=True).view(torch.uint8)
+    q = fmt.quantize(x.float() * scale, overwrite=True).view(torch.uint8)  # the product is a fresh fp32 tensor
     scale_inv = reciprocal_rn(scale)
     if amax_accumulator is not None:
         amax_accumulator.copy_(torch.fmax(amax_accumulator, amax(x).to(amax_accumulator.device)))

@@ -20,6 +20,7 @@ import hashlib
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -160,6 +161,8 @@ class NvccBuilds:
                        "-keep", "-keep-dir", str(work)]
             else:
                 cmd = [self.nvcc, *build.flags, "-ptx", str(source), "-o", str(work / f"{stem}.ptx")]
+            if shutil.which("nice"):  # the tests in the foreground (forked ranks among them) come first
+                cmd = ["nice", "-n", "10", *cmd]
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the session ended before this build started")

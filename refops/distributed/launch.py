@@ -42,6 +42,9 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, backend: str,
                               timeout=datetime.timedelta(seconds=timeout_s))
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
                                 timeout=datetime.timedelta(seconds=timeout_s))
+        # Every rank is connected before any runs: a rank that finished early could otherwise tear the
+        # group down while a slower one is still joining it (gloo's "connectFullMesh" failures).
+        dist.barrier()
         try:
             status = ("ok", fn(rank, world_size, *args))
         finally:
@@ -76,6 +79,11 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, backen
     if dist.is_initialized():
         raise RuntimeError("run_on_ranks: call it from a process without a default process group")
     method = os.environ.get(START_METHOD_ENV) or ("spawn" if backend == "nccl" else "fork")
+    hint = ""
+    if method == "fork" and torch.cuda.is_initialized():
+        hint = ("\n(this process had initialized CUDA before forking the ranks: a forked rank can neither use CUDA "
+                "nor run autograd's backward. Start the ranks from a process that has not used CUDA, use "
+                f"backend='nccl' (spawned ranks), or set {START_METHOD_ENV}=spawn with importable functions)")
     ctx = multiprocessing.get_context(method)
     store = dist.TCPStore("127.0.0.1", 0, world_size + 1, is_master=True,
                           timeout=datetime.timedelta(seconds=timeout), wait_for_workers=False)
@@ -111,5 +119,5 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, backen
             proc.join()
     del store
     if failures:
-        raise RankFailure(f"{len(failures)} of {world_size} ranks failed:\n" + "\n".join(failures))
+        raise RankFailure(f"{len(failures)} of {world_size} ranks failed:\n" + "\n".join(failures) + hint)
     return results

@@ -27,7 +27,12 @@ import torch
 
 from .. import trace
 from ..distributed.fsdp import check_fuser_parameters_unsharded
-from ..quantization.state import backward_update_callback, claim_first_module, get_autocast_recipe
+from ..quantization.state import (
+    backward_update_callback,
+    claim_first_module,
+    get_autocast_recipe,
+    register_delayed_state,
+)
 from .channels import resolve_channels
 from .fuser_autograd import FuserAutogradFunction
 from .op import BasicOperation, FusibleOperation, check_not_parametrized
@@ -254,7 +259,10 @@ class OperationFuser:
             slots[i][s] = tensor
 
         is_grad_enabled = torch.is_grad_enabled()
-        self.prepare_for_forward(get_autocast_recipe(), input, slots)
+        recipe = get_autocast_recipe()
+        self.prepare_for_forward(recipe, input, slots)
+        if _is_delayed(recipe):
+            self._note_delayed_states_in_use()
         for idx, op in enumerate(self._basic_ops):
             op.pre_fuser_forward(requires_grad=idx >= self.first_op_requiring_backward)
 
@@ -262,6 +270,17 @@ class OperationFuser:
         if is_grad_enabled:
             return FuserAutogradFunction.apply(*args)
         return FuserAutogradFunction.forward(None, *args)
+
+    def _note_delayed_states_in_use(self) -> None:
+        """Invariant: the next delayed-scaling updates reach the ops that run now, and no op that did not run.
+
+        The set of states updated is then the program's, the same on every rank, which amax
+        reduction (one collective per state) needs.
+        """
+        for op in self._basic_ops:
+            for state in (op._recipe_states or {}).values():
+                if state is not None:
+                    register_delayed_state(state, state.mode)
 
     def _end_of_backward_hook(self) -> Optional[Callable[[], None]]:
         """What must run once this fuser's backward ends.

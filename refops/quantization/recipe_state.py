@@ -27,7 +27,6 @@ from .float8_block import Float8BlockQuantizer
 from .mxfp8 import MXFP8Quantizer
 from .nvfp4 import NVFP4Quantizer
 from .quantizer import DType, Quantizer, QuantizerRole
-from .state import register_delayed_state
 
 __all__ = ["RecipeState", "DelayedScalingRecipeState", "fp8_dtype_for"]
 
@@ -101,22 +100,12 @@ class DelayedScalingRecipeState(RecipeState):
         with torch.inference_mode(False):
             self.scale = torch.ones(n, dtype=torch.float32, device=self.device)
             self.amax_history = torch.zeros(length, n, dtype=torch.float32, device=self.device)
-        register_delayed_state(self, self.mode)
 
     @property
     def fmax(self) -> float:
         """The format's largest value for this mode, from the current recipe (its format may change)."""
         fmt = self.recipe.fp8_format.value
         return fmt.max_fwd if self.mode == "forward" else fmt.max_bwd
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        """A ``copy.deepcopy`` or unpickled (``torch.load``) copy takes part in the scale updates too.
-
-        Registration lives in a process-global weak set that copying does not
-        see; without this the copy's scales and history would silently freeze.
-        """
-        self.__dict__.update(state)
-        register_delayed_state(self, self.mode)
 
     def make_quantizer(self, index: int) -> Quantizer:
         return Float8Quantizer(

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-import weakref
 from typing import Any, Callable, Optional
 
 import torch
@@ -50,14 +49,13 @@ class _GlobalState:
     parameters_enabled: bool = False
     parameters_recipe: Any = None
     high_precision_init_val: bool = False
-    # Delayed-scaling states (forward, backward) that take part in updates, in registration order:
-    # with amax reduction each state's update is a collective, so every rank must visit the states
-    # in the same order (a WeakSet's order depends on addresses, which differ between ranks).
-    forward_states: "weakref.WeakKeyDictionary[Any, None]" = dataclasses.field(
-        default_factory=weakref.WeakKeyDictionary)
-    backward_states: "weakref.WeakKeyDictionary[Any, None]" = dataclasses.field(
-        default_factory=weakref.WeakKeyDictionary)
-
+    # Delayed-scaling states (forward, backward) of the ops that ran under autocast since that mode's last
+    # update, in first-use order. Only these are updated: the set is what the program ran, the same on
+    # every rank, whatever the garbage collector has freed (with amax reduction each state's update is a
+    # collective, so two ranks must visit the same states in the same order). Held strongly until their
+    # update, so no collection can change the set in between.
+    forward_states: dict = dataclasses.field(default_factory=dict)
+    backward_states: dict = dataclasses.field(default_factory=dict)
 
 _STATE = _GlobalState()
 
@@ -105,7 +103,7 @@ def preserve_high_precision_init_val() -> bool:
 
 
 def register_delayed_state(state: Any, mode: str) -> None:
-    """Let a delayed-scaling recipe state take part in the ``mode`` ("forward"/"backward") updates."""
+    """A delayed-scaling recipe state in use: its op runs now, so the next ``mode`` update reaches it."""
     (_STATE.forward_states if mode == "forward" else _STATE.backward_states)[state] = None
 
 
@@ -118,7 +116,10 @@ def claim_first_module() -> bool:
 
 
 def _update_delayed_states(mode: str, group: Any) -> None:
-    states = list(_STATE.forward_states if mode == "forward" else _STATE.backward_states)
+    """Update the ``mode`` states in use, in first-use order, and start a new set."""
+    in_use = _STATE.forward_states if mode == "forward" else _STATE.backward_states
+    states = list(in_use)
+    in_use.clear()
     for state in states:
         state.update_scales(reduction_group=group)
     if states:

@@ -30,6 +30,8 @@ def test_trace_with_a_recipe_quantized_weights_and_a_mermaid_diagram(tmp_path, c
 
 def test_trace_distributed_runs_the_fsdp2_demo_on_two_ranks(capsys):
     """``--distributed 2``: 2 gloo ranks build on meta, shard, materialize and train; each rank's events print."""
+    if torch.cuda.is_initialized():
+        pytest.skip("the demo forks gloo ranks, which cannot run backward in a process that has used CUDA (the CPU suite runs it)")
     assert main(["trace", "--distributed", "2", "--steps", "2"]) == 0
     out = capsys.readouterr().out
     for rank in (0, 1):

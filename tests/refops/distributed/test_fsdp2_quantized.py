@@ -159,7 +159,9 @@ def _delayed_without_amax_reduction(rank, world_size):
     return "no error"
 
 
-def test_f5_delayed_scaling_shards_with_different_scales_are_an_error_not_a_wrong_weight():
+def test_f5_delayed_scaling_shards_with_different_scales_are_an_error_not_a_wrong_weight(request):
+    if request.config.getoption("--device") != "cpu":
+        pytest.skip("the FSDP2 tests run on 2 gloo CPU ranks")
     for message in run_on_ranks(_delayed_without_amax_reduction, 2, timeout=60):
         assert message.startswith("Linear (Float8Tensor weight of shape (128, 64)): the shards carry different "
                                   "fp8_scale_inv"), message

@@ -50,3 +50,16 @@ def test_bad_arguments_are_clear_errors():
         run_on_ranks(_sum_of_ranks, 0)
     with pytest.raises(ValueError, match="backend must be 'gloo' or 'nccl'"):
         run_on_ranks(_sum_of_ranks, 2, backend="mpi")
+
+
+def _backward_on_a_rank(rank: int, world_size: int) -> float:
+    w = torch.ones(3, requires_grad=True)
+    (w * 2).sum().backward()
+    return w.grad.sum().item()
+
+
+def test_ranks_run_backward_and_see_each_other_at_once():
+    """Backward runs in a forked rank (the parent has not used CUDA), and every rank has joined before any runs."""
+    if torch.cuda.is_initialized():
+        pytest.skip("forked ranks cannot run backward after the parent used CUDA")
+    assert run_on_ranks(_backward_on_a_rank, 2, timeout=30) == [6.0, 6.0]

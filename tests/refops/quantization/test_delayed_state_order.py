@@ -1,15 +1,20 @@
-"""Delayed-scaling updates visit the recipe states in registration order, the same on every rank.
+"""Delayed-scaling updates reach the states of the ops that ran, in first-use order, the same on every rank.
 
-With amax reduction each state's update is a collective (an all-reduce of its amaxes), so two ranks
-that visit the states in different orders pair one state's amaxes with another's. A ``WeakSet``
-iterates in an order that depends on object addresses, which differ between processes.
+With amax reduction each state's update is a collective (an all-reduce of its amaxes), so every rank
+must visit the same states in the same order. The set is what the program ran since the last update:
+neither memory addresses (a ``WeakSet``'s order) nor the garbage collector (which frees unreachable
+models at different moments on different ranks) can change it.
 """
 
 from __future__ import annotations
 
 import gc
 
+import torch
+
+import refops as te
 from refops.quantization import state as quantization_state
+from refops.recipe import DelayedScaling
 
 
 class _State:
@@ -22,7 +27,7 @@ class _State:
         self.log.append(self.name)
 
 
-def test_updates_run_in_registration_order_and_forget_dead_states(monkeypatch):
+def test_updates_run_in_first_use_order_once_and_the_set_survives_collection(monkeypatch):
     monkeypatch.setattr(quantization_state, "_STATE", quantization_state._GlobalState())
     log: list[str] = []
     states = [_State(f"s{i}", log) for i in range(20)]
@@ -30,11 +35,25 @@ def test_updates_run_in_registration_order_and_forget_dead_states(monkeypatch):
         quantization_state.register_delayed_state(s, "forward")
     for s in states[:10]:
         quantization_state.register_delayed_state(s, "forward")
-    quantization_state.register_delayed_state(states[12], "forward")  # registering again keeps its place
+    quantization_state.register_delayed_state(states[12], "forward")  # used again: keeps its place
+    del states[:], s
+    gc.collect()  # no longer referenced anywhere else, yet still in use for this update
     quantization_state._update_delayed_states("forward", None)
     assert log == [f"s{i}" for i in range(19, 9, -1)] + [f"s{i}" for i in range(10)]
-    del states[5], s
-    gc.collect()
     log.clear()
     quantization_state._update_delayed_states("forward", None)
-    assert "s5" not in log and len(log) == 19  # weakly held, as before
+    assert log == []  # a new set starts after each update
+
+
+def test_a_model_that_did_not_run_is_not_updated():
+    recipe = DelayedScaling()
+    ran, idle = te.ops.Linear(16, 16), te.ops.Linear(16, 16)
+    x = torch.randn(16, 16)
+    with te.autocast(recipe=recipe):
+        idle(x)
+    idle_state = idle.basic_ops[0]._recipe_states["forward"]
+    history = idle_state.amax_history.clone()
+    with te.autocast(recipe=recipe):
+        ran(x)
+    assert torch.equal(idle_state.amax_history, history)
+    assert ran.basic_ops[0]._recipe_states["forward"].amax_history.abs().sum() > 0

@@ -163,6 +163,25 @@ def _mm_fp32_out(a2: torch.Tensor, b2: torch.Tensor) -> torch.Tensor:
         return torch.mm(a2.float(), b2.float())
 
 
+def _fp32_result_of_16bit_operands(a: torch.Tensor, b: torch.Tensor, target: torch.dtype,
+                                    out: Optional[torch.Tensor], accumulate: bool) -> bool:
+    """An fp32 result asked of fp16/bf16 operands (plain, or quantized with that nominal dtype).
+
+    Fusions that round once ask for it (``refops.ops.fused.one_rounding``), as TE's GEMM epilogues keep
+    the fp32 accumulator. cuBLAS then reads the 16-bit operands and writes fp32: an fp32 GEMM of upcast
+    operands would compute the same products at a fraction of the tensor cores' 16-bit speed.
+    """
+    return (target == torch.float32 and out is None and not accumulate and a.dtype == b.dtype
+            and a.dtype in (torch.float16, torch.bfloat16))
+
+
+def _mm_fp32_result(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float) -> torch.Tensor:
+    """``alpha * a2 @ b2`` in fp32 from 16-bit operands: fp32 accumulation, ``alpha`` applied in fp32."""
+    with _fp32_accumulation():
+        acc = _mm_fp32_out(a2, b2)
+    return acc if alpha == 1.0 else acc * alpha
+
+
 def _usage(trans: bool, operand: str) -> str:
     """The usage a GEMM reads: a's last dim (row-wise) unless trans_a; b's first dim unless trans_b."""
     if operand == "a":
@@ -229,7 +248,10 @@ class GemmKernels:
         if not self._fast_gemm(a, b, out, accumulate, target, trans_a, trans_b):
             return super().gemm(a, b, **kwargs)
         quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
+        wide = _fp32_result_of_16bit_operands(a, b, target, out, accumulate)
         if not quantized:
+            if wide:
+                return _mm_fp32_result(a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha)
             if a.dtype != b.dtype or a.dtype != target:
                 return super().gemm(a, b, **kwargs)
             result = _mm(a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha, out=out,
@@ -238,8 +260,11 @@ class GemmKernels:
             operands = _scaled_mm_operands(a, b, trans_a, trans_b)
             if operands is not None:
                 return self._scaled_mm(operands, target=target, alpha=alpha, out=out, accumulate=accumulate)
-            a2 = self._dequantized(a, _usage(trans_a, "a"), target)
-            b2 = self._dequantized(b, _usage(trans_b, "b"), target)
+            operand_dtype = a.dtype if wide else target  # the operands' nominal 16-bit dtype for an fp32 result
+            a2 = self._dequantized(a, _usage(trans_a, "a"), operand_dtype)
+            b2 = self._dequantized(b, _usage(trans_b, "b"), operand_dtype)
+            if wide:
+                return _mm_fp32_result(a2.t() if trans_a else a2, b2.t() if trans_b else b2, alpha=alpha)
             result = _mm(a2.t() if trans_a else a2, b2.t() if trans_b else b2, alpha=alpha, out=out,
                          accumulate=accumulate)
         return result if out is None else out

@@ -134,6 +134,32 @@ def test_plain_gemm(dtype, trans_a, trans_b, m, k, n, cuda, reference_backend, f
     assert gemm_path(a, b, trans_a=trans_a, trans_b=trans_b) == "cublas"
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_fp32_result_of_16bit_operands_reads_them_directly(dtype, alpha, cuda, reference_backend, fastpath_backend,
+                                                          monkeypatch):
+    """The one-rounding fusions ask for fp32 results of 16-bit GEMMs: cuBLAS reads the 16-bit operands and
+    writes fp32 (no fp32 GEMM of upcast operands), within fp32 accumulation order of the reference."""
+    import fastpath.gemm as fast_gemm
+
+    calls = []
+    real = fast_gemm._mm_fp32_out
+    monkeypatch.setattr(fast_gemm, "_mm_fp32_out", lambda a2, b2: calls.append(a2.dtype) or real(a2, b2))
+    a, b = make((64, 256), dtype, cuda), make((96, 256), dtype, cuda, seed=1)
+    y, y_ref = run_both(reference_backend, fastpath_backend, a, b, trans_b=True, out_dtype=torch.float32, alpha=alpha)
+    assert calls == [dtype] and y.dtype == torch.float32
+    assert_one_rounding_apart(y, y_ref, accumulation_bound(a, b.t(), alpha=alpha), f"{dtype} -> fp32 gemm")
+    with refops.use_backend(reference_backend):
+        qx = quantizer("mxfp8", "input", cuda)(a.to(torch.bfloat16))
+        qw = quantizer("mxfp8", "weight", cuda)(b.to(torch.bfloat16))
+    calls.clear()
+    y, y_ref = run_both(reference_backend, fastpath_backend, qx, qw, trans_b=True, out_dtype=torch.float32)
+    assert calls == [torch.bfloat16] and y.dtype == torch.float32
+    # MXFP8 values are exact in bf16 (3 mantissa bits times a power of two): only the order of the sums differs.
+    assert_one_rounding_apart(y, y_ref, accumulation_bound(qx.dequantize().float(), qw.dequantize().float().t()),
+                              "mxfp8 -> fp32 gemm")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_plain_gemm_alpha_out_accumulate(dtype, cuda, reference_backend, fastpath_backend):
     a, b = make((48, 64), dtype, cuda), make((80, 64), dtype, cuda, seed=1)

@@ -6,13 +6,13 @@ from typing import Any, Optional
 
 import torch
 
-from ...distributed.collectives import all_reduce, get_group_size
-from ..op import BasicOperation, OperationContext
+from ...distributed.collectives import all_reduce
+from .communication import CommunicationOperation
 
 __all__ = ["AllReduce"]
 
 
-class AllReduce(BasicOperation):
+class AllReduce(CommunicationOperation):
     """``y = sum over ranks of x`` over ``process_group`` (TE's ``te.ops.AllReduce``).
 
     A quantized input is dequantized first: the sum is in high precision.
@@ -27,25 +27,11 @@ class AllReduce(BasicOperation):
     """
 
     def __init__(self, process_group: Optional[Any] = None, reduce_in_backward: bool = True) -> None:
-        super().__init__()
-        self.process_group = process_group
-        self.process_group_size = get_group_size(process_group)
+        super().__init__(process_group)
         self._reduce_in_backward = reduce_in_backward
 
-    def op_forward(
-        self,
-        ctx: OperationContext,
-        input_: torch.Tensor,
-        *,
-        prev_op_grad_output_quantizer: Any,
-        next_op_input_quantizer: Any,
-        **kwargs: Any,
-    ) -> torch.Tensor:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
-        if self.process_group_size == 1:
-            return input_.detach()
+    def communicate_forward(self, input_: torch.Tensor) -> torch.Tensor:
         return all_reduce(input_, self.process_group)
 
-    def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:
-        return grad_output, []
+    def communicate_backward(self, grad_output: torch.Tensor) -> torch.Tensor:
+        return grad_output  # see the class docstring

@@ -138,7 +138,9 @@ class NvccBuilds:
             except (ValueError, KeyError, OSError, zlib.error):
                 pass  # a damaged entry (a crash while writing, say) is compiled again
         built, complete = self._run(build)
-        if entry is not None and complete:  # a run killed by a timeout or by close() says nothing about the source
+        # Only a success is kept: a failure is compiled again next time, so that nvcc killed from outside (a signal,
+        # a timeout, close()), which says nothing about the source, can never be remembered as the source's verdict.
+        if entry is not None and complete and built.ok:
             entry.parent.mkdir(parents=True, exist_ok=True)
             partial = entry.with_name(f".{key}.{os.getpid()}.{threading.get_ident()}")
             record = {"ok": built.ok, "output": built.output, "ptx": built.ptx}

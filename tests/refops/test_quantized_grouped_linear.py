@@ -168,7 +168,10 @@ def test_quantized_weights_through_meta_materialization(recipe_name, device):
         assert isinstance(p, QuantizedTensor) == name.startswith("weight"), name
         if isinstance(p, QuantizedTensor):  # bit-exact to eager construction
             mine, theirs = p.to_plain_tensors()[0], q.to_plain_tensors()[0]
-            assert mine.keys() == theirs.keys() and all(torch.equal(mine[k], theirs[k]) for k in mine)
+            assert mine.keys() == theirs.keys()
+            # The weight's bytes and scales; "quantizer.*" is the live recipe state (delayed scaling's scale and
+            # amax), which moved on with the meta-built model's step and not with the idle eager one.
+            assert all(torch.equal(mine[k], theirs[k]) for k in mine if not k.startswith("quantizer.")), name
             assert type(p.quantizer) is type(meta.get_quantizer("forward", 2 * int(name[len("weight"):]) + 1))
         else:
             assert torch.equal(p, q)

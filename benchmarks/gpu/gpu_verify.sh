@@ -1,8 +1,8 @@
 #!/bin/bash
 # GPU verification of a tree (on the device machine, from the repository root of a copy of the tree).
-#   bash benchmarks/gpu_verify.sh OUTDIR tests   the fast-path differential suite, the reference suite on CUDA,
+#   bash benchmarks/gpu/gpu_verify.sh OUTDIR tests   the fast-path differential suite, the reference suite on CUDA,
 #                                                the sanitizer smoke script under memcheck and racecheck
-#   bash benchmarks/gpu_verify.sh OUTDIR bench   python -m refops bench, NVFP4 against torch.compile, host time
+#   bash benchmarks/gpu/gpu_verify.sh OUTDIR bench   python -m refops bench, NVFP4 against torch.compile, host time
 #                                                per forward and step (eager and graphed; BEFORE=path adds the
 #                                                same figures for another tree, e.g. the tree before a change)
 # Each part fits in one 10-minute call; OUTDIR gets at most 8 files, and times.txt says what each step took.

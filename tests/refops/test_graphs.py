@@ -78,10 +78,10 @@ def test_replays_match_eager_steps_and_the_guard_catches_replacement(recipe, met
         if fastpath.unavailable_reason():
             pytest.skip(f"fast path unavailable: {fastpath.unavailable_reason()}")
     with te.use_backend(backend):
-        _replays_match_eager_steps(recipe, meta)
+        _check_replays_match_eager_steps(recipe, meta)
 
 
-def _replays_match_eager_steps(recipe, meta):
+def _check_replays_match_eager_steps(recipe, meta):
     torch.manual_seed(0)
     device = torch.device("cuda")
     eager = _model(device).to(torch.bfloat16)

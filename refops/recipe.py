@@ -25,9 +25,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import numbers
 import os
 from typing import Any, Callable, NamedTuple, Optional, Union
+
+from .recipe_checks import FieldChecks
 
 __all__ = [
     "Format",
@@ -106,7 +107,7 @@ class QParams:
     fp4_2d_quantization: bool = False
 
 
-class Recipe:
+class Recipe(FieldChecks):
     """Base class. The predicates are classmethods, usable on the class or an instance."""
 
     @classmethod
@@ -156,22 +157,6 @@ class Recipe:
                 f"{type(self).__name__}: backward_override (env NVTE_BACKWARD_OVERRIDE) must be None, "
                 f"'high_precision' or 'dequantized', got {self.backward_override!r}"  # type: ignore[attr-defined]
             )
-
-    def _check_int(self, name: str, minimum: int) -> None:
-        """Field ``name`` must be an integer (not a bool) >= ``minimum``; stored as a plain int."""
-        value = getattr(self, name)
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TypeError(f"{type(self).__name__}: {name} must be an int, got {value!r} ({type(value).__name__})")
-        if value < minimum:
-            raise ValueError(f"{type(self).__name__}: {name} must be >= {minimum}, got {value}")
-        setattr(self, name, int(value))
-
-    def _check_bools(self, *names: str) -> None:
-        """Flags must be real bools: a string such as ``"0"`` would otherwise read as True."""
-        for name in names:
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise TypeError(f"{type(self).__name__}: {name} must be a bool, got {value!r} ({type(value).__name__})")
 
     def _check_fp8_format(self) -> None:
         fmt = self.fp8_format  # type: ignore[attr-defined]

@@ -24,6 +24,7 @@ import time
 from typing import Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import refops as te
 
@@ -98,6 +99,47 @@ def fit_line(ns: list[int], ts: list[float]) -> tuple[float, float]:
     return mean_t - slope * mean_n, slope
 
 
+class _CountAtenOps(TorchDispatchMode):
+    """Counts the ATen operations dispatched while active (each one is a trip through torch's dispatcher)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def aten_ops(fn: Callable[[], object]) -> int:
+    with torch.no_grad(), _CountAtenOps() as counter:
+        fn()
+    return counter.count
+
+
+def per_op_floor(*, calls: int, reps: int) -> None:
+    """Where the per-op cost goes, op by op: the ATen operations each side dispatches, and each op alone.
+
+    The reference computes each op as its recipe's formula, step by step (GELU's tanh form is nine
+    fp32 operations, as TE's kernel evaluates it); each step is one dispatch. The dispatches alone
+    bound refops's per-op cost from below, whatever the fuser does around them.
+    """
+    x = torch.randn(4, WIDTH)
+    dispatch_us, _ = interleaved_us(lambda: torch.add(x, x), lambda: None, calls=calls * 10, reps=reps)
+    print(f"\nper-op floor: one small ATen operation costs {dispatch_us:.2f} us here")
+    print(f"{'op':<12} | {'ATen ops refops':>15} | {'torch.nn':>8} | {'refops op alone us':>18} | "
+          f"{'torch.nn us':>11} | {'dispatch floor / torch.nn':>25}")
+    ours_seq, theirs_seq = build(4)
+    for i, name in enumerate(("BasicLinear", "Bias", "GELU")):
+        single = te.ops.Sequential(ours_seq[i])
+        single(x)  # the first forward (recipe state, fusions) happens once
+        n_ours, n_theirs = aten_ops(lambda: single(x)), aten_ops(lambda: theirs_seq[i](x))
+        with torch.no_grad():
+            a, b = interleaved_us(lambda: single(x), lambda: theirs_seq[i](x), calls=calls, reps=reps)
+        print(f"{name:<12} | {n_ours:>15} | {n_theirs:>8} | {a:>18.1f} | {b:>11.1f} | "
+              f"{n_ours * dispatch_us / b:>25.2f}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="two sizes, one short round (a smoke test)")
@@ -143,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mode}: 4-op pipeline refops {ours_t[i]:.1f} us vs torch.nn.Sequential {theirs_t[i]:.1f} us, "
                   f"ratio {ours_t[i] / theirs_t[i]:.2f}")
     print(f"targets: {'all met' if ok else 'NOT all met'}")
+    per_op_floor(calls=calls, reps=reps)
     return 0
 
 

@@ -59,3 +59,8 @@ def test_bench_fuser_host_prints_fixed_and_per_op_costs(tmp_path):
         assert f"{mode}: 4-op pipeline refops" in out, out
     assert "target < 200 us" in out and "target < 2.0" in out, out
     assert "targets:" in out, out
+    # The floor table: each op's ATen dispatch count on both sides (GELU's tanh formula is nine steps).
+    rows = {line.split("|")[0].strip(): [c.strip() for c in line.split("|")[1:]] for line in out.splitlines()
+            if line.startswith(("BasicLinear ", "Bias ", "GELU "))}
+    assert set(rows) == {"BasicLinear", "Bias", "GELU"}, out
+    assert rows["GELU"][:2] == ["9", "1"] and rows["Bias"][:2] == ["1", "1"], out

@@ -7,7 +7,6 @@ The record the figures come from is named once, ``refops_figures_run`` in ``docs
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
 import sys

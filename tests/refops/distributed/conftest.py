@@ -31,5 +31,17 @@ def ranks(request: pytest.FixtureRequest):
     return functools.partial(_run, backend=backend)
 
 
+@pytest.fixture(scope="session")
+def cpu_ranks(request: pytest.FixtureRequest):
+    """``cpu_ranks(fn, *args, timeout=...)`` on 2 forked gloo CPU ranks, for the FSDP2, DTensor and checkpoint cases.
+
+    They run in the CPU suite only: under ``--device cuda`` the test process uses CUDA, after which a forked
+    rank can neither touch CUDA nor run autograd's backward.
+    """
+    if request.config.getoption("--device") != "cpu":
+        pytest.skip("the FSDP2, DTensor and checkpoint cases run on 2 gloo CPU ranks (the CPU suite runs them)")
+    return lambda fn, *args, timeout=TIMEOUT_S: run_on_ranks(fn, WORLD_SIZE, *args, backend="gloo", timeout=timeout)
+
+
 def _run(fn, *args, backend: str):
     return run_on_ranks(fn, WORLD_SIZE, *args, backend=backend, timeout=TIMEOUT_S)

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import refops as te
-from refops.distributed import run_on_ranks
 from refops.recipe import DelayedScaling, Format
 
 import _fsdp2_cases as C
@@ -117,10 +116,8 @@ def _round_trips(rank, world_size):
 
 
 @pytest.fixture(scope="module")
-def results(request):
-    if request.config.getoption("--device") != "cpu":
-        pytest.skip("the distributed checkpoint tests run on 2 gloo CPU ranks")
-    return run_on_ranks(_round_trips, 2, timeout=180)
+def results(cpu_ranks):
+    return cpu_ranks(_round_trips, timeout=180)
 
 
 @pytest.mark.parametrize("mode", ["full", "sharded"])

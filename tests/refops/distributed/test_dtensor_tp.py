@@ -13,7 +13,6 @@ import pytest
 import torch
 
 import refops as te
-from refops.distributed import run_on_ranks
 from refops.recipe import Float8CurrentScaling
 
 import _fsdp2_cases as C
@@ -78,10 +77,8 @@ def _cases(rank, world_size):
 
 
 @pytest.fixture(scope="module")
-def results(request):
-    if request.config.getoption("--device") != "cpu":
-        pytest.skip("the DTensor tests run on 2 gloo CPU ranks")
-    return run_on_ranks(_cases, 2, timeout=120)
+def results(cpu_ranks):
+    return cpu_ranks(_cases, timeout=120)
 
 
 @pytest.mark.parametrize("mode", ["column", "row"])

@@ -12,7 +12,6 @@ import pytest
 import torch
 
 import refops as te
-from refops.distributed import run_on_ranks
 from refops.distributed.fsdp import PER_OP_SHARDING_FIX
 
 import _fsdp2_cases as C
@@ -124,12 +123,10 @@ def _all_cases(rank, world_size, flat_reference, blocks_reference):
 
 
 @pytest.fixture(scope="module")
-def results(request):
-    if request.config.getoption("--device") != "cpu":
-        pytest.skip("the FSDP2 lifecycle tests run on 2 gloo CPU ranks")
+def results(cpu_ranks):
     flat_reference = C.reference(C.flat)
     blocks_reference = C.reference(C.blocks)
-    return run_on_ranks(_all_cases, 2, flat_reference, blocks_reference, timeout=180)
+    return cpu_ranks(_all_cases, flat_reference, blocks_reference, timeout=180)
 
 
 def test_f1_root_shard_trains_like_a_single_process(results):
@@ -174,9 +171,9 @@ def test_f8_torch_sequential_of_refops_ops_sharded_per_op(results):
         assert r["F8"]["loss_diff"] <= LOSS_TOL and r["F8"]["param_diff"] <= PARAM_TOL, r["F8"]
 
 
-def test_a_dtensor_parameter_on_meta_cannot_be_materialized_at_first_forward():
+def test_a_dtensor_parameter_on_meta_cannot_be_materialized_at_first_forward(cpu_ranks):
     """Without FSDP2 (which checks first), refops itself refuses a meta DTensor at materialization."""
-    run_on_ranks(_meta_dtensor_materialization, 2, timeout=60)
+    cpu_ranks(_meta_dtensor_materialization, timeout=60)
 
 
 def _meta_dtensor_materialization(rank, world_size):

@@ -24,7 +24,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from refops.distributed import run_on_ranks
 from refops.quantization.quantized_tensor import QuantizedTensor
 from refops.testing.recipes import make_recipe
 from refops.testing.tolerances import quantization_tols
@@ -122,10 +121,8 @@ def _all_cases(rank, world_size, names):
 
 
 @pytest.fixture(scope="module")
-def results(request):
-    if request.config.getoption("--device") != "cpu":
-        pytest.skip("the FSDP2 tests run on 2 gloo CPU ranks")
-    return run_on_ranks(_all_cases, 2, list(RECIPES), timeout=300)
+def results(cpu_ranks):
+    return cpu_ranks(_all_cases, list(RECIPES), timeout=300)
 
 
 @pytest.mark.parametrize("route", ["eager", "meta"])
@@ -159,10 +156,8 @@ def _delayed_without_amax_reduction(rank, world_size):
     return "no error"
 
 
-def test_f5_delayed_scaling_shards_with_different_scales_are_an_error_not_a_wrong_weight(request):
-    if request.config.getoption("--device") != "cpu":
-        pytest.skip("the FSDP2 tests run on 2 gloo CPU ranks")
-    for message in run_on_ranks(_delayed_without_amax_reduction, 2, timeout=60):
+def test_f5_delayed_scaling_shards_with_different_scales_are_an_error_not_a_wrong_weight(cpu_ranks):
+    for message in cpu_ranks(_delayed_without_amax_reduction, timeout=60):
         assert message.startswith("Linear (Float8Tensor weight of shape (128, 64)): the shards carry different "
                                   "fp8_scale_inv"), message
         assert "amax_reduction_group" in message
@@ -177,6 +172,6 @@ def _misaligned(rank, world_size):
     return "no error"
 
 
-def test_f5_a_shard_that_would_split_scaling_blocks_is_an_error_at_fully_shard():
-    for message in run_on_ranks(_misaligned, 2, timeout=60):
+def test_f5_a_shard_that_would_split_scaling_blocks_is_an_error_at_fully_shard(cpu_ranks):
+    for message in cpu_ranks(_misaligned, timeout=60):
         assert "can only be cut at multiples of 128 rows" in message, message

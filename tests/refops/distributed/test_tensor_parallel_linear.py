@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import refops
-from refops.testing import dtype_tols, gemm_tols
+from refops.testing import gemm_tols
 
 from _tp_reference import expected, make_case, rank_device, run_case
 

@@ -118,3 +118,44 @@ def test_activation_rejects_unsupported_dtype_and_kwargs(device):
         GELU()(torch.rand(4, 8, device=device, dtype=torch.float64))
     with pytest.raises(TypeError, match="ReLU.*unexpected forward kwargs"):
         ReLU()(torch.rand(4, 8, device=device), foo=1)
+
+
+def _python_float_formulas() -> dict:
+    """The table's fixed-constant formulas written with Python floats, as they read in TE's docs."""
+    import math
+
+    c, k, a = math.sqrt(2.0 / math.pi), 0.044715, 1.702
+
+    def gelu_d(x):
+        t = torch.tanh(c * (x + k * x * x * x))
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * (c * (1.0 + 3.0 * k * x * x))
+
+    def silu_d(x):
+        s = torch.sigmoid(x)
+        return s + x * s * (1.0 - s)
+
+    def qgelu_d(x):
+        s = torch.sigmoid(a * x)
+        return s + a * x * s * (1.0 - s)
+
+    return {
+        "gelu": (lambda x: 0.5 * x * (1.0 + torch.tanh(c * (x + k * x * x * x))), gelu_d),
+        "qgelu": (lambda x: x * torch.sigmoid(a * x), qgelu_d),
+        "srelu": (lambda x: torch.clamp_min(x, 0.0) * torch.clamp_min(x, 0.0), lambda x: 2.0 * torch.clamp_min(x, 0.0)),
+        "silu": (lambda x: x * torch.sigmoid(x), silu_d),
+        "sigmoid": (torch.sigmoid, lambda x: torch.sigmoid(x) * (1.0 - torch.sigmoid(x))),
+    }
+
+
+@pytest.mark.parametrize("activation", ["gelu", "qgelu", "srelu", "silu", "sigmoid"])
+def test_fixed_constants_give_the_bits_of_python_floats(activation, device):
+    """The table holds its constants as fp32 0-dim tensors (cheaper per call); the bits must not move."""
+    from refops.kernels.reference.activations import UNARY
+
+    torch.manual_seed(0)
+    special = [0.0, -0.0, float("inf"), -float("inf"), float("nan"), 1e-40, 3e38, -3e38, 1e-3, -1e-3]
+    x = torch.cat([torch.randn(1 << 16) * 4, torch.randn(1 << 12) * 40, torch.tensor(special)]).to(device)
+    ours, theirs = UNARY[activation], _python_float_formulas()[activation]
+    for what, f, g in (("forward", ours[0], theirs[0]), ("derivative", ours[1], theirs[1])):
+        mismatch = (f(x).view(torch.int32) != g(x).view(torch.int32)).nonzero()
+        assert mismatch.numel() == 0, f"{activation} {what}: bits differ at x = {x[mismatch[:5, 0]].tolist()}"

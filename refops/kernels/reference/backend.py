@@ -15,6 +15,12 @@ from .gemm_operands import dequantize_gemm_operands
 __all__ = ["ReferenceKernels"]
 
 
+def _round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` rounded once to ``dtype`` (``x`` itself when it is already in ``dtype``: ``.to`` would
+    return it too, after parsing its arguments, which costs more than the op on a small tensor)."""
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def _rows(x: torch.Tensor, inner: int) -> torch.Tensor:
     """View ``x`` as ``(rows, inner)`` fp32."""
     return x.reshape(-1, inner).float()
@@ -43,9 +49,9 @@ class ReferenceKernels(KernelBackend):
         b2 = b.t() if trans_b else b
         result = gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate)
         if out is not None:
-            out.copy_(result.to(out.dtype))
+            out.copy_(_round_to(result, out.dtype))
             return out
-        return result.to(out_dtype)
+        return _round_to(result, out_dtype)
 
     # ---------------------------------------------------------- quantization
     def amax(self, x):
@@ -156,7 +162,7 @@ class ReferenceKernels(KernelBackend):
             y = act.gated_forward(x32, activation, **params)
         else:
             y = act.unary_forward(x32, activation)
-        return y.to(x.dtype)
+        return _round_to(y, x.dtype)
 
     def activation_backward(
         self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, **params: Any
@@ -166,12 +172,12 @@ class ReferenceKernels(KernelBackend):
             dx = act.gated_backward(dy32, x32, activation, **params)
         else:
             dx = dy32 * act.unary_derivative(x32, activation)
-        return dx.to(grad_output.dtype)
+        return _round_to(dx, grad_output.dtype)
 
     def bias_activation_forward(
         self, x: torch.Tensor, bias: torch.Tensor | None, activation: str, **params: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        pre = x if bias is None else (x.float() + bias.float()).to(x.dtype)
+        pre = x if bias is None else _round_to(x.float() + bias.float(), x.dtype)
         return self.activation_forward(pre, activation, **params), pre
 
     def activation_backward_dbias(
@@ -182,7 +188,7 @@ class ReferenceKernels(KernelBackend):
 
     def dbias(self, grad_output: torch.Tensor) -> torch.Tensor:
         inner = grad_output.shape[-1]
-        return _rows(grad_output, inner).sum(dim=0).to(grad_output.dtype)
+        return _round_to(_rows(grad_output, inner).sum(dim=0), grad_output.dtype)
 
     # ----------------------------------------------------------- normalization
     def layer_norm_forward(self, x, weight, bias, *, eps, zero_centered_gamma, out_dtype):
@@ -190,7 +196,7 @@ class ReferenceKernels(KernelBackend):
         y, mean, rstd = norms.layer_norm_forward(
             _rows(x, inner), weight.reshape(-1).float(), bias.reshape(-1).float(), eps, zero_centered_gamma
         )
-        return y.to(out_dtype).reshape(x.shape), mean, rstd
+        return _round_to(y, out_dtype).reshape(x.shape), mean, rstd
 
     def layer_norm_backward(self, grad_output, x, mean, rstd, weight, *, zero_centered_gamma):
         inner = weight.numel()
@@ -198,28 +204,28 @@ class ReferenceKernels(KernelBackend):
             _rows(grad_output, inner), _rows(x, inner), mean, rstd, weight.reshape(-1).float(), zero_centered_gamma
         )
         return (
-            dx.to(grad_output.dtype).reshape(x.shape),
-            dw.to(weight.dtype).reshape(weight.shape),
-            db.to(weight.dtype).reshape(weight.shape),
+            _round_to(dx, grad_output.dtype).reshape(x.shape),
+            _round_to(dw, weight.dtype).reshape(weight.shape),
+            _round_to(db, weight.dtype).reshape(weight.shape),
         )
 
     def rms_norm_forward(self, x, weight, *, eps, zero_centered_gamma, out_dtype):
         inner = weight.numel()
         y, rstd = norms.rms_norm_forward(_rows(x, inner), weight.reshape(-1).float(), eps, zero_centered_gamma)
-        return y.to(out_dtype).reshape(x.shape), rstd
+        return _round_to(y, out_dtype).reshape(x.shape), rstd
 
     def rms_norm_backward(self, grad_output, x, rstd, weight, *, zero_centered_gamma):
         inner = weight.numel()
         dx, dw = norms.rms_norm_backward(
             _rows(grad_output, inner), _rows(x, inner), rstd, weight.reshape(-1).float(), zero_centered_gamma
         )
-        return dx.to(grad_output.dtype).reshape(x.shape), dw.to(weight.dtype).reshape(weight.shape)
+        return _round_to(dx, grad_output.dtype).reshape(x.shape), _round_to(dw, weight.dtype).reshape(weight.shape)
 
     def l2_normalize_forward(self, x, *, eps):
         y, r = norms.l2_normalize_forward(_rows(x, x.shape[-1]), eps)
-        return y.to(x.dtype).reshape(x.shape), r
+        return _round_to(y, x.dtype).reshape(x.shape), r
 
     def l2_normalize_backward(self, grad_output, x, rsqrt_norm, *, eps):
         inner = x.shape[-1]
         dx = norms.l2_normalize_backward(_rows(grad_output, inner), _rows(x, inner), rsqrt_norm, eps)
-        return dx.to(grad_output.dtype).reshape(x.shape)
+        return _round_to(dx, grad_output.dtype).reshape(x.shape)

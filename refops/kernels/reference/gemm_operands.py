@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 __all__ = ["dequantize_gemm_operands"]
+
+
+@functools.cache
+def _quantized_tensor_type() -> type:
+    """``QuantizedTensor``, imported on first use: refops.quantization is built on top of the kernels."""
+    from ...quantization.quantized_tensor import QuantizedTensor
+
+    return QuantizedTensor
 
 
 def _reads_hadamard_domain(t: torch.Tensor, usage: str) -> bool:
@@ -35,9 +45,7 @@ def dequantize_gemm_operands(
     anything else is an error. A quantized operand with more than two dims is
     flattened to ``(rows, last dim)`` after dequantizing.
     """
-    # Imported here: refops.quantization is built on top of the kernels.
-    from ...quantization.quantized_tensor import QuantizedTensor
-
+    QuantizedTensor = _quantized_tensor_type()
     if not isinstance(a, QuantizedTensor) and not isinstance(b, QuantizedTensor):
         return a, b  # plain operands: nothing to read or dequantize
 

@@ -27,6 +27,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import refops as te
+from refops.kernels import current_backend
+from refops.ops.op import OperationContext
 
 TARGET_FIXED_US = 200.0
 TARGET_PER_OP_RATIO = 2.0
@@ -117,27 +119,48 @@ def aten_ops(fn: Callable[[], object]) -> int:
     return counter.count
 
 
+def _kernel_call(name: str, op: torch.nn.Module, x: torch.Tensor) -> Callable[[], object]:
+    """The op's kernel alone, called on the active backend as the op calls it."""
+    kernels = current_backend()
+    if name == "BasicLinear":
+        return lambda: kernels.gemm(x, op.weight, trans_b=True, out_dtype=x.dtype)
+    if name == "Bias":
+        return lambda: kernels.bias_activation_forward(x, op.bias, "identity")
+    return lambda: kernels.activation_forward(x, op.kernel_activation)
+
+
+def _op_hook_call(op: torch.nn.Module, x: torch.Tensor) -> Callable[[], object]:
+    """The op's ``fuser_forward`` hook alone, as the fuser calls it for one basic op."""
+    return lambda: op.fuser_forward([OperationContext()], x, basic_op_extra_inputs=[()],
+                                    prev_op_grad_output_quantizer=None, next_op_input_quantizer=None,
+                                    basic_op_kwargs=[{}])
+
+
 def per_op_floor(*, calls: int, reps: int) -> None:
-    """Where the per-op cost goes, op by op: the ATen operations each side dispatches, and each op alone.
+    """Where the per-op cost goes, op by op: the ATen operations each side dispatches, the op's kernel
+    alone, and its ``fuser_forward`` hook alone (the kernel plus the op's checks and bookkeeping).
 
     The reference computes each op as its recipe's formula, step by step (GELU's tanh form is nine
     fp32 operations, as TE's kernel evaluates it); each step is one dispatch. The dispatches alone
-    bound refops's per-op cost from below, whatever the fuser does around them.
+    bound refops's per-op cost from below, whatever the fuser does around them. What a pipeline's
+    per-op cost adds to the hook is the fuser's per-op share (its loop, the parameter-cache check,
+    the op's context and saved tensors, autograd's inputs).
     """
     x = torch.randn(4, WIDTH)
     dispatch_us, _ = interleaved_us(lambda: torch.add(x, x), lambda: None, calls=calls * 10, reps=reps)
-    print(f"\nper-op floor: one small ATen operation costs {dispatch_us:.2f} us here")
-    print(f"{'op':<12} | {'ATen ops refops':>15} | {'torch.nn':>8} | {'refops op alone us':>18} | "
+    print(f"\nper-op floor: one small ATen operation costs {dispatch_us:.2f} us here; no grad below")
+    print(f"{'op':<12} | {'ATen ops refops':>15} | {'torch.nn':>8} | {'kernel us':>9} | {'op hook us':>10} | "
           f"{'torch.nn us':>11} | {'dispatch floor / torch.nn':>25}")
     ours_seq, theirs_seq = build(4)
+    ours_seq(x)  # the first forward (recipe state, fusions) happens once
     for i, name in enumerate(("BasicLinear", "Bias", "GELU")):
-        single = te.ops.Sequential(ours_seq[i])
-        single(x)  # the first forward (recipe state, fusions) happens once
-        n_ours, n_theirs = aten_ops(lambda: single(x)), aten_ops(lambda: theirs_seq[i](x))
+        op = ours_seq[i]
+        n_ours, n_theirs = aten_ops(_op_hook_call(op, x)), aten_ops(lambda: theirs_seq[i](x))
         with torch.no_grad():
-            a, b = interleaved_us(lambda: single(x), lambda: theirs_seq[i](x), calls=calls, reps=reps)
-        print(f"{name:<12} | {n_ours:>15} | {n_theirs:>8} | {a:>18.1f} | {b:>11.1f} | "
-              f"{n_ours * dispatch_us / b:>25.2f}")
+            kernel, _ = interleaved_us(_kernel_call(name, op, x), lambda: None, calls=calls, reps=reps)
+            hook, theirs = interleaved_us(_op_hook_call(op, x), lambda: theirs_seq[i](x), calls=calls, reps=reps)
+        print(f"{name:<12} | {n_ours:>15} | {n_theirs:>8} | {kernel:>9.1f} | {hook:>10.1f} | {theirs:>11.1f} | "
+              f"{n_ours * dispatch_us / theirs:>25.2f}")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -64,3 +64,5 @@ def test_bench_fuser_host_prints_fixed_and_per_op_costs(tmp_path):
             if line.startswith(("BasicLinear ", "Bias ", "GELU "))}
     assert set(rows) == {"BasicLinear", "Bias", "GELU"}, out
     assert rows["GELU"][:2] == ["9", "1"] and rows["Bias"][:2] == ["1", "1"], out
+    # Then the kernel alone, the op's hook alone and torch.nn's module, each a positive time.
+    assert all(float(row[i]) > 0 for row in rows.values() for i in (2, 3, 4)), out

@@ -34,7 +34,7 @@ from ..quantization.state import (
     register_delayed_state,
 )
 from .channels import resolve_channels
-from .fuser_autograd import FuserAutogradFunction
+from .fuser_autograd import FuserAutogradFunction, PlanStep, plan_steps
 from .op import BasicOperation, FusibleOperation, check_not_parametrized
 
 __all__ = [
@@ -85,6 +85,8 @@ class OperationFuser:
         self._fusion_key: Optional[tuple] = None
         self._forward_ops: list[tuple[FusibleOperation, list[int]]] = []
         self._backward_ops: list[tuple[FusibleOperation, list[int]]] = []
+        self._forward_steps: list[PlanStep] = []
+        self._backward_steps: list[PlanStep] = []
 
         self._basic_op_params: list[list[torch.nn.Parameter]] = [[] for _ in basic_ops]
         self._basic_op_num_params: list[int] = [0] * len(basic_ops)
@@ -168,6 +170,8 @@ class OperationFuser:
         backward = self._apply_fusion_functions(self.backward_fusion_functions, joint, recipe)
         self._forward_ops = self._map_to_basic_ops(forward)
         self._backward_ops = self._map_to_basic_ops(backward)
+        self._forward_steps = plan_steps(self._forward_ops, self._basic_ops)
+        self._backward_steps = plan_steps(self._backward_ops, self._basic_ops)
         trace.record(
             "fusion_plan",
             "OperationFuser",

@@ -7,7 +7,7 @@ The fuser guarantees they are the current objects (see ``OperationFuser``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional
 
 import torch
 from torch.autograd.function import once_differentiable
@@ -18,8 +18,38 @@ from .op import OperationContext
 
 if TYPE_CHECKING:
     from .fuser import OperationFuser
+    from .op import BasicOperation, FusibleOperation
 
-__all__ = ["FuserAutogradFunction"]
+__all__ = ["FuserAutogradFunction", "PlanStep", "plan_steps"]
+
+
+class PlanStep(NamedTuple):
+    """One op of a fusion plan (forward or backward), with what running it needs that does not change between passes."""
+
+    op: "FusibleOperation"
+    basic_op_indices: tuple[int, ...]
+    covered: frozenset[int]
+    prev_op: Optional["BasicOperation"]  # gives the grad-output quantizer the op's dgrad may emit into
+    next_op: Optional["BasicOperation"]  # gives the input quantizer the op's output may be emitted into
+    has_extra_tensors: bool  # whether a covered basic op has extra inputs or outputs to route
+
+
+def plan_steps(
+    ops: list[tuple["FusibleOperation", list[int]]], basic_ops: list["BasicOperation"]
+) -> list[PlanStep]:
+    """A fusion plan's ``(op, basic op indices)`` list as :class:`PlanStep`; rebuilt whenever the plan is."""
+    n = len(basic_ops)
+    return [
+        PlanStep(
+            op=op,
+            basic_op_indices=tuple(idxs),
+            covered=frozenset(idxs),
+            prev_op=basic_ops[idxs[0] - 1] if idxs[0] > 0 else None,
+            next_op=basic_ops[idxs[-1] + 1] if idxs[-1] + 1 < n else None,
+            has_extra_tensors=any(basic_ops[i].num_extra_inputs or basic_ops[i].num_extra_outputs for i in idxs),
+        )
+        for op, idxs in ops
+    ]
 
 
 def _run_forward_ops(
@@ -33,7 +63,6 @@ def _run_forward_ops(
     """Run every forward op in order; returns the output and the public extra outputs."""
     basic_ops = fuser._basic_ops
     routing = fuser._routing
-    n = len(basic_ops)
     first = fuser.first_op_requiring_backward
     extra_in: list[list[Optional[torch.Tensor]]] = [[None] * op.num_extra_inputs for op in basic_ops]
     for (i, s), tensor in zip(routing.external_extra_input_slots, extra_inputs):
@@ -41,24 +70,26 @@ def _run_forward_ops(
     extra_out: list[list[Optional[torch.Tensor]]] = [[None] * op.num_extra_outputs for op in basic_ops]
 
     x = input_
-    for op, idxs in fuser._forward_ops:
-        covered = set(idxs)
-        for i in idxs:
-            ctxs[i].requires_grad = i >= first
-            for s, source in enumerate(routing.extra_input_sources[i]):
-                if source is not None and source[0] not in covered:
-                    extra_in[i][s] = extra_out[source[0]][source[1]]
-        prev_q = basic_ops[idxs[0] - 1].get_grad_output_quantizer() if idxs[0] > 0 else None
-        next_q = basic_ops[idxs[-1] + 1].get_input_quantizer() if idxs[-1] + 1 < n else None
+    for step in fuser._forward_steps:
+        op, idxs, covered = step.op, step.basic_op_indices, step.covered
+        op_ctxs = [ctxs[i] for i in idxs]
+        for i, op_ctx in zip(idxs, op_ctxs):
+            op_ctx.requires_grad = i >= first
+        if step.has_extra_tensors:
+            for i in idxs:
+                for s, source in enumerate(routing.extra_input_sources[i]):
+                    if source is not None and source[0] not in covered:
+                        extra_in[i][s] = extra_out[source[0]][source[1]]
         x, outputs = op.fuser_forward(
-            [ctxs[i] for i in idxs],
+            op_ctxs,
             x,
             basic_op_extra_inputs=[tuple(extra_in[i]) for i in idxs],
-            prev_op_grad_output_quantizer=prev_q,
-            next_op_input_quantizer=next_q,
+            prev_op_grad_output_quantizer=step.prev_op.get_grad_output_quantizer() if step.prev_op else None,
+            next_op_input_quantizer=step.next_op.get_input_quantizer() if step.next_op else None,
             basic_op_kwargs=[basic_op_kwargs[i] for i in idxs],
         )
-        trace.record("forward_op", type(op).__name__, basic_ops=list(idxs))
+        if trace.is_tracing():
+            trace.record("forward_op", type(op).__name__, basic_ops=list(idxs))
         outputs = [tuple(o) for o in outputs]
         if len(outputs) != len(idxs):
             raise RuntimeError(
@@ -121,7 +152,7 @@ class FuserAutogradFunction(torch.autograd.Function):
             ctx.save_for_backward(*to_save)
             ctx.fuser = fuser
             ctx.basic_op_ctxs = ctxs
-            ctx.backward_ops = fuser._backward_ops
+            ctx.backward_steps = fuser._backward_steps
             ctx.basic_op_num_params = list(fuser._basic_op_num_params)
             ctx.kernel_backend = current_backend()
             ctx.backward_hook = fuser._end_of_backward_hook()
@@ -159,28 +190,33 @@ def _run_backward_ops(ctx, grad_output, grad_extra_outputs):
     grad_extra_in: list[Any] = [None] * n
     channel_grads: dict[tuple[int, int], torch.Tensor] = {}
     dx = grad_output
-    for op, idxs in reversed(ctx.backward_ops):
-        if not any(ctxs[i].requires_grad for i in idxs):
+    for step in reversed(ctx.backward_steps):
+        op, idxs, covered = step.op, step.basic_op_indices, step.covered
+        op_ctxs = [ctxs[i] for i in idxs]
+        if not any(op_ctx.requires_grad for op_ctx in op_ctxs):
             dx = None
             break
-        covered = set(idxs)
-        for i in idxs:
-            for s in range(basic_ops[i].num_extra_outputs):
-                internal = channel_grads.pop((i, s), None)
-                if internal is not None:
-                    given = grad_extra_out[i][s]
-                    grad_extra_out[i][s] = internal if given is None else given + internal
+        if step.has_extra_tensors:
+            for i in idxs:
+                for s in range(basic_ops[i].num_extra_outputs):
+                    internal = channel_grads.pop((i, s), None)
+                    if internal is not None:
+                        given = grad_extra_out[i][s]
+                        grad_extra_out[i][s] = internal if given is None else given + internal
         dx, op_grad_params, op_grad_extra = op.fuser_backward(
-            [ctxs[i] for i in idxs],
+            op_ctxs,
             dx,
             basic_op_grad_extra_outputs=[tuple(grad_extra_out[i]) for i in idxs],
         )
-        trace.record("backward_op", type(op).__name__, basic_ops=list(idxs))
+        if trace.is_tracing():
+            trace.record("backward_op", type(op).__name__, basic_ops=list(idxs))
         for i, grads in zip(idxs, op_grad_params):
             grad_params[i] = grads
         for i, grads in zip(idxs, op_grad_extra):
             grads = tuple(grads)
             grad_extra_in[i] = grads
+            if not step.has_extra_tensors:
+                continue
             for s, source in enumerate(routing.extra_input_sources[i]):
                 if source is None or source[0] in covered or not grads or grads[s] is None:
                     continue
@@ -188,8 +224,8 @@ def _run_backward_ops(ctx, grad_output, grad_extra_outputs):
                 # The producer may accumulate into its channel grad in place (MakeExtraOutput
                 # in_place), and ops may return one tensor as several grads: it gets its own copy.
                 channel_grads[source] = grads[s].clone() if previous is None else previous + grads[s]
-        for i in idxs:
-            ctxs[i].saved_tensors = None
+        for op_ctx in op_ctxs:
+            op_ctx.saved_tensors = None
 
     flat_grad_params: list[Optional[torch.Tensor]] = []
     for i, count in enumerate(ctx.basic_op_num_params):

@@ -44,9 +44,13 @@ class QuantizationHooks(torch.nn.Module):
         return self._quantizers[mode][index]
 
     def get_input_quantizer(self) -> Optional[Quantizer]:
+        if self._quantizers is None:  # no recipe: asked twice per op per forward, so answered first
+            return None
         return self.get_quantizer("forward", 0) if self.num_quantizers("forward") > 0 else None
 
     def get_grad_output_quantizer(self) -> Optional[Quantizer]:
+        if self._quantizers is None:
+            return None
         return self.get_quantizer("backward", 0) if self.num_quantizers("backward") > 0 else None
 
     @property

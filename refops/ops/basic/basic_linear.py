@@ -28,6 +28,12 @@ def _flatten(t: torch.Tensor, features: int) -> torch.Tensor:
     return t if isinstance(t, QuantizedTensor) else t.reshape(-1, features)
 
 
+def _plain_rows(t: torch.Tensor, dtype: torch.dtype, features: int) -> torch.Tensor:
+    """A plain ``(rows, features)`` tensor in ``dtype``: dequantized if quantized, else cast for autocast."""
+    t = t.dequantize(dtype=dtype) if isinstance(t, QuantizedTensor) else to_compute_dtype(t, dtype)
+    return t if t.dim() == 2 else t.reshape(-1, features)
+
+
 class BasicLinear(QuantizedWeights, BasicOperation):
     """``y = x W^T`` over the last dim (any leading shape).
 
@@ -205,8 +211,9 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         x_local, x_op = self._forward_input(x, dtype, input_quantizer, weight_requires_grad and override is None)
         y = current_backend().gemm(x_op, w_op, trans_b=True, alpha=getattr(ctx, "gemm_alpha", 1.0),
                                    out_dtype=torch.float32 if getattr(ctx, "gemm_out_fp32", False) else dtype)
-        out_lead = tp.gathered_shape(input_.shape, cfg.size)[:-1] if cfg.gathers_input else input_.shape[:-1]
-        y = y.reshape(*out_lead, self.local_out_features)
+        if input_.dim() != 2 or cfg.gathers_input:  # a 2-D input's rows are already the output's
+            out_lead = tp.gathered_shape(input_.shape, cfg.size)[:-1] if cfg.gathers_input else input_.shape[:-1]
+            y = y.reshape(*out_lead, self.local_out_features)
         if cfg.mode == "row":  # TE drops the output quantizer: the sum is taken in high precision
             y = tp.reduce_output(cfg, y, name)
         elif recipe is not None and isinstance(next_op_input_quantizer, Float8Quantizer):
@@ -241,7 +248,7 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         """
         if not self._tp.gathers_input:
             if quantizer is None:
-                x = maybe_dequantize(x, dtype).reshape(-1, self.local_in_features)
+                x = _plain_rows(x, dtype, self.local_in_features)
             elif not isinstance(x, QuantizedTensor):
                 x = quantizer(to_compute_dtype(x, dtype))
             return x, x
@@ -276,8 +283,8 @@ class BasicLinear(QuantizedWeights, BasicOperation):
             if not isinstance(dy, QuantizedTensor):
                 dy = ctx.grad_output_quantizer(to_compute_dtype(dy, ctx.dtype))
         else:
-            dy = maybe_dequantize(dy, ctx.dtype).reshape(-1, self.local_out_features)
-            x = None if x is None else maybe_dequantize(x, ctx.dtype).reshape(-1, self.local_in_features)
+            dy = _plain_rows(dy, ctx.dtype, self.local_out_features)
+            x = None if x is None else _plain_rows(x, ctx.dtype, self.local_in_features)
             w = None if w is None else maybe_dequantize(w, ctx.dtype)
         kernels = current_backend()
         dx = None
@@ -286,7 +293,8 @@ class BasicLinear(QuantizedWeights, BasicOperation):
             if cfg.mode == "column":
                 full_shape = tp.gathered_shape(input_shape, cfg.size) if cfg.sequence_parallel else input_shape
                 dx = tp.reduce_grad_input(cfg, dx.reshape(full_shape), name)
-            dx = dx.reshape(input_shape)
+            if dx.shape != input_shape:
+                dx = dx.reshape(input_shape)
             if isinstance(ctx.grad_input_quantizer, Float8Quantizer) and not out_fp32:
                 dx = ctx.grad_input_quantizer(dx)
         dw = self._weight_grad(kernels, dy, x, ctx.dtype, alpha) if ctx.weight_requires_grad else None

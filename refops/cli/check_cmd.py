@@ -1,7 +1,8 @@
 """``refops check``: the differential matrix, op x recipe x dtype, with progress and a summary table.
 
 With a GPU and the fast path: the fast path against the reference (quantization
-bit-exact, GEMMs within the recipe's tolerance). Otherwise: the reference
+bit-exact, GEMMs within the recipe's tolerance; a quantized pipeline above the 20 dB
+SQNR floor of ``compare_modules``). Otherwise: the reference
 against plain float64 torch on quantize-dequantized inputs (TE's method): high
 precision within TE's dtype tolerances (the loose MLP tolerances for the whole
 pipeline), quantized cases above an SQNR floor (18 dB for FP8, 10 dB for NVFP4).
@@ -136,6 +137,12 @@ def _run_case(op: str, recipe_name: Optional[str], dtype: torch.dtype, device: t
     recipe = make_recipe(recipe_name) if recipe_name else None
     x = torch.randn(H, H, device=device, dtype=dtype)
     if fastpath:
+        if pipeline and recipe is not None:
+            # Downstream of the first GEMM, a sum in cuBLAS's order can round an element to the other side
+            # of a quantization step, which the next ops carry into the weight grads: the pipeline is held
+            # to an SQNR floor, as tests/fastpath's pipeline suite holds it (the quantized bytes of the
+            # input and the weights are still compared exactly).
+            return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="sqnr")
         return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe)
     x = _qdq_input(x, recipe)
     candidate = build(device, dtype)

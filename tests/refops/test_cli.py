@@ -79,3 +79,16 @@ def test_bench_says_why_it_cannot_run_without_a_gpu(capsys):
     assert main(["bench"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
     assert pathlib.Path(__file__).resolve().parents[2].joinpath("benchmarks").is_dir()
+
+
+def test_check_holds_a_quantized_pipeline_to_the_sqnr_floor_on_the_fast_path(monkeypatch):
+    """Fast path vs reference: single ops element-wise; the quantized MLP by SQNR, as the pipeline suite does."""
+    from refops.cli import check_cmd
+
+    calls = []
+    monkeypatch.setattr(check_cmd, "compare_backends", lambda factory, inputs, **kw: calls.append(kw) or kw)
+    cpu = torch.device("cpu")
+    check_cmd._run_case("mlp", "fp8_current_scaling", torch.float32, cpu, fastpath=True)
+    check_cmd._run_case("mlp", None, torch.float32, cpu, fastpath=True)
+    check_cmd._run_case("linear", "fp8_current_scaling", torch.float32, cpu, fastpath=True)
+    assert [kw.get("tier", "tolerance") for kw in calls] == ["sqnr", "tolerance", "tolerance"]

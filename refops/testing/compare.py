@@ -164,6 +164,41 @@ def _recipe_states(module: torch.nn.Module) -> dict[str, DelayedScalingRecipeSta
     return states
 
 
+def _slots_fed_by_unequal_sources(candidate, reference, seen_c, seen_r) -> dict[str, list[int]]:
+    """``{state key: [quantizer slot]}``: the delayed-scaling slots whose quantizer saw different tensors on
+    the two sides (downstream of an op the two sides compute in another order), by the states' keys."""
+    modules_r = dict(reference.named_modules())
+    slots: dict[str, list[int]] = {}
+    for path, sub in candidate.named_modules():
+        twin = modules_r.get(path)
+        for mode, quantizers in (getattr(sub, "_quantizers", None) or {}).items():
+            twins = (getattr(twin, "_quantizers", None) or {}).get(mode, [])
+            for index, (q_c, q_r) in enumerate(zip(quantizers, twins)):
+                if id(q_c) in seen_c and id(q_r) in seen_r and not operands.same_source(
+                    seen_c.sources.get(id(q_c)), seen_r.sources.get(id(q_r))
+                ):
+                    slots.setdefault(f"{path}.{mode}" if path else mode, []).append(index)
+    return slots
+
+
+def _compare_state(key: str, state_c, state_r, inexact: Sequence[int], check: dict) -> list[TensorComparison]:
+    """A delayed-scaling state's scale and amax history, bit for bit; a slot whose quantizer saw different
+    tensors on the two sides (``inexact``) is held to the run's outputs-and-grads criterion instead."""
+    out = []
+    exact = [i for i in range(state_r.scale.numel()) if i not in inexact]
+    for field in ("scale", "amax_history"):
+        a, b = getattr(state_c, field), getattr(state_r, field)
+        if a.shape != b.shape or not inexact:
+            out.append(compare_tensors(f"{key}.{field}", a, b, tier="exact"))
+            continue
+        if exact:
+            out.append(compare_tensors(f"{key}.{field}", a[..., exact], b[..., exact], tier="exact"))
+        slots = ", ".join(map(str, inexact))
+        out.append(compare_tensors(f"{key}.{field}[slots {slots}, fed by unequal tensors]",
+                                   a[..., list(inexact)], b[..., list(inexact)], **check))
+    return out
+
+
 def compare_modules(
     candidate: torch.nn.Module,
     reference: torch.nn.Module,
@@ -202,7 +237,7 @@ def compare_modules(
         _copy_parameters(candidate, reference)
     with operands.recording() as seen_c:
         y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
-    exposes = callable(getattr(candidate, operands.HOOK, None))
+    exposes = exposes_hook = callable(getattr(candidate, operands.HOOK, None))
     with operands.recording() as seen:
         y_r, grads_r = _run(reference, inputs, grad_output, (reference_context or default_context)())
     tols = tolerances if tolerances is not None else recipe_tols(recipe, y_r.dtype)
@@ -237,10 +272,9 @@ def compare_modules(
         exposes = bool(own)
         results.extend(operands.compare_operands(own, quantized_operands))
     states_c, states_r = _recipe_states(candidate), _recipe_states(reference)
+    inexact_slots = _slots_fed_by_unequal_sources(candidate, reference, seen_c, seen) if not exposes_hook else {}
     for key in sorted(set(states_c) & set(states_r)):
-        for field in ("scale", "amax_history"):
-            a, b = getattr(states_c[key], field), getattr(states_r[key], field)
-            results.append(compare_tensors(f"{key}.{field}", a, b, tier="exact"))
+        results.extend(_compare_state(key, states_c[key], states_r[key], inexact_slots.get(key, ()), check))
     tiers = _tiers(results, candidate, recipe, check, floor, exposes, sorted(quantized_operands), states_c, states_r)
     if unequal_sources:
         bytes_tier = tiers[0]
@@ -271,6 +305,9 @@ def _tiers(results, candidate, recipe, check, floor, exposes, reference_operands
         )
     if state:
         state_why = "delayed-scaling scale and amax history of both sides"
+        if any("fed by unequal tensors" in c.name for c in results):
+            state_why += ("; the slots of quantizers that saw different tensors on the two sides are held to the "
+                          "outputs' criterion instead (named '[slots ..., fed by unequal tensors]')")
     elif not states_r:
         state_why = "the recipe keeps no delayed-scaling state" if recipe is not None else "no recipe"
     else:

@@ -211,3 +211,33 @@ def test_operands_quantized_from_different_tensors_are_not_compared_byte_for_byt
     assert all(c.passed for c in report.comparisons if c.name in names)
     why = report.tier("bytes (exact)").why
     assert "quantized different high-precision tensors" in why and "2.input" in why
+
+
+def test_delayed_scaling_slots_fed_by_different_tensors_are_held_to_the_criterion_the_rest_bit_for_bit():
+    from refops.kernels import ReferenceKernels, register_backend
+
+    class RoundedGemm(ReferenceKernels):
+        name = "test-rounded-gemm-ds"
+
+        def gemm(self, a, b, **kwargs):
+            out = super().gemm(a, b, **kwargs)
+            return out.to(torch.bfloat16).to(out.dtype)
+
+    register_backend("test-rounded-gemm-ds", RoundedGemm)
+
+    def mlp(device):
+        return te.ops.Sequential(te.ops.Linear(64, 64, device=device), te.ops.GELU(), te.ops.Linear(64, 64, device=device))
+
+    report = compare_backends(mlp, (torch.randn(32, 64),), recipe=make_recipe("fp8_delayed_scaling"),
+                              candidate_backend="test-rounded-gemm-ds", tier="sqnr", sqnr_floor_db=10)
+    by_name = {c.name: c for c in report.comparisons}
+    # The first Linear quantizes the model's input and its weight: the same tensors, so the whole state is exact.
+    assert by_name["0.basic_ops.0.forward.scale"].tier == "exact" and by_name["0.basic_ops.0.forward.scale"].passed
+    # The second Linear's input is the GELU of a rounded GEMM: its slot (0) is held to the SQNR floor, its weight
+    # slot (1) stays exact.
+    inexact = by_name["2.basic_ops.0.forward.amax_history[slots 0, fed by unequal tensors]"]
+    assert inexact.tier == "sqnr" and inexact.passed and inexact.max_abs_error > 0  # they do differ
+    assert by_name["2.basic_ops.0.forward.amax_history"].tier == "exact"
+    assert by_name["2.basic_ops.0.forward.amax_history"].passed
+    report.assert_ok()
+    assert "fed by unequal tensors" in report.tier("recipe state (exact)").why

@@ -186,25 +186,29 @@ def test_a_refops_candidate_under_another_backend_has_every_operand_compared_byt
     assert report.tier("bytes (exact)").ran and report.tier("bytes (exact)").count == len(names) == 24
 
 
-def test_operands_quantized_from_different_tensors_are_not_compared_byte_for_byte_and_the_report_says_so():
+def _register_rounded_gemm_backend() -> str:
+    """A backend whose GEMM results are rounded through bf16: everything downstream of the first GEMM differs a
+    little from the reference, as it does on a GPU that sums in another order."""
     from refops.kernels import ReferenceKernels, register_backend
 
     class RoundedGemm(ReferenceKernels):
-        """GEMM results rounded through bf16: everything downstream of the first GEMM differs a little."""
-
         name = "test-rounded-gemm"
 
         def gemm(self, a, b, **kwargs):
             out = super().gemm(a, b, **kwargs)
             return out.to(torch.bfloat16).to(out.dtype)
 
-    register_backend("test-rounded-gemm", RoundedGemm)
+    register_backend(RoundedGemm.name, RoundedGemm)
+    return RoundedGemm.name
 
-    def mlp(device):
-        return te.ops.Sequential(te.ops.Linear(64, 64, device=device), te.ops.GELU(), te.ops.Linear(64, 64, device=device))
 
-    report = compare_backends(mlp, (torch.randn(32, 64),), recipe=make_recipe("mxfp8"),
-                              candidate_backend="test-rounded-gemm", sqnr_floor_db=10)
+def _linear_gelu_linear(device):
+    return te.ops.Sequential(te.ops.Linear(64, 64, device=device), te.ops.GELU(), te.ops.Linear(64, 64, device=device))
+
+
+def test_operands_quantized_from_different_tensors_are_not_compared_byte_for_byte_and_the_report_says_so():
+    report = compare_backends(_linear_gelu_linear, (torch.randn(32, 64),), recipe=make_recipe("mxfp8"),
+                              candidate_backend=_register_rounded_gemm_backend(), sqnr_floor_db=10)
     names = {c.name for c in report.comparisons if c.name.startswith("operand ")}
     assert "operand 0.input[rowwise data]" in names and "operand 2.weight[rowwise data]" in names  # same sources
     assert "operand 2.input[rowwise data]" not in names  # the GELU of a rounded GEMM: another tensor
@@ -214,22 +218,8 @@ def test_operands_quantized_from_different_tensors_are_not_compared_byte_for_byt
 
 
 def test_delayed_scaling_slots_fed_by_different_tensors_are_held_to_the_criterion_the_rest_bit_for_bit():
-    from refops.kernels import ReferenceKernels, register_backend
-
-    class RoundedGemm(ReferenceKernels):
-        name = "test-rounded-gemm-ds"
-
-        def gemm(self, a, b, **kwargs):
-            out = super().gemm(a, b, **kwargs)
-            return out.to(torch.bfloat16).to(out.dtype)
-
-    register_backend("test-rounded-gemm-ds", RoundedGemm)
-
-    def mlp(device):
-        return te.ops.Sequential(te.ops.Linear(64, 64, device=device), te.ops.GELU(), te.ops.Linear(64, 64, device=device))
-
-    report = compare_backends(mlp, (torch.randn(32, 64),), recipe=make_recipe("fp8_delayed_scaling"),
-                              candidate_backend="test-rounded-gemm-ds", tier="sqnr", sqnr_floor_db=10)
+    report = compare_backends(_linear_gelu_linear, (torch.randn(32, 64),), recipe=make_recipe("fp8_delayed_scaling"),
+                              candidate_backend=_register_rounded_gemm_backend(), tier="sqnr", sqnr_floor_db=10)
     by_name = {c.name: c for c in report.comparisons}
     # The first Linear quantizes the model's input and its weight: the same tensors, so the whole state is exact.
     assert by_name["0.basic_ops.0.forward.scale"].tier == "exact" and by_name["0.basic_ops.0.forward.scale"].passed

@@ -80,12 +80,14 @@ def _run_forward_ops(
                 for s, source in enumerate(routing.extra_input_sources[i]):
                     if source is not None and source[0] not in covered:
                         extra_in[i][s] = extra_out[source[0]][source[1]]
+        prev_q = step.prev_op.get_grad_output_quantizer() if step.prev_op is not None else None
+        next_q = step.next_op.get_input_quantizer() if step.next_op is not None else None
         x, outputs = op.fuser_forward(
             op_ctxs,
             x,
             basic_op_extra_inputs=[tuple(extra_in[i]) for i in idxs],
-            prev_op_grad_output_quantizer=step.prev_op.get_grad_output_quantizer() if step.prev_op else None,
-            next_op_input_quantizer=step.next_op.get_input_quantizer() if step.next_op else None,
+            prev_op_grad_output_quantizer=prev_q,
+            next_op_input_quantizer=next_q,
             basic_op_kwargs=[basic_op_kwargs[i] for i in idxs],
         )
         if trace.is_tracing():

@@ -244,6 +244,14 @@ class OperationFuser:
         if self._ops:
             self._ops[0].check_input(input_)  # before anything is materialized
 
+    def _check_forward_kwargs(self, basic_op_kwargs: list[dict[str, Any]]) -> None:
+        """Refuse a kwarg that its op does not accept, naming the op, before anything is materialized or run."""
+        for op, kwargs in zip(self._basic_ops, basic_op_kwargs):
+            unexpected = sorted(set(kwargs) - op.forward_kwargs)
+            if unexpected:
+                accepted = sorted(op.forward_kwargs) or "none"
+                raise TypeError(f"{type(op).__name__}: unexpected forward kwargs {unexpected} (it accepts {accepted})")
+
     def __call__(
         self,
         input: torch.Tensor,
@@ -257,6 +265,8 @@ class OperationFuser:
             basic_op_kwargs = [{} for _ in self._basic_ops]
         if len(basic_op_kwargs) != self._num_basic_ops:
             raise ValueError(f"Expected kwargs for {self._num_basic_ops} basic ops but got {len(basic_op_kwargs)}")
+        if any(basic_op_kwargs):
+            self._check_forward_kwargs(basic_op_kwargs)
 
         slots: list[list[Optional[torch.Tensor]]] = [[None] * op.num_extra_inputs for op in self._basic_ops]
         for (i, s), tensor in zip(self._routing.external_extra_input_slots, extra_inputs):

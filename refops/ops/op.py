@@ -117,6 +117,9 @@ class BasicOperation(QuantizedCheckpoint, QuantizationHooks, ParameterLifecycle,
 
     num_extra_inputs: int = 0
     num_extra_outputs: int = 0
+    #: The keyword arguments its forward accepts (``op(x, **kwargs)``, the fuser's ``basic_op_kwargs``); the
+    #: fuser refuses any other before anything runs, so the ops themselves need not check.
+    forward_kwargs: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         super().__init__()

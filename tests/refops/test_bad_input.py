@@ -93,6 +93,14 @@ def test_unknown_forward_kwargs(device):
         model(torch.randn(2, 4, device=device), op_kwargs={0: {"alpha": 2.0}})
 
 
+def test_unknown_forward_kwargs_are_refused_before_anything_is_materialized(device):
+    model = te.ops.Sequential(BasicLinear(4, 3, device="meta"), Bias(3, device="meta"))
+    with pytest.raises(TypeError, match=r"Bias: unexpected forward kwargs \['scale'\] \(it accepts none\)"):
+        model(torch.randn(2, 4, device=device), op_kwargs={1: {"scale": 2.0}})
+    assert all(p.is_meta for p in model.parameters())  # the error came first
+    assert model(torch.randn(2, 4, device=device)).shape == (2, 3)  # and the model is still usable
+
+
 def test_op_kwargs_must_target_a_basic_op_of_the_sequential(device):
     linear = te.ops.Linear(4, 3, device=device)
     model = te.ops.Sequential(linear)

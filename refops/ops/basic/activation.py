@@ -92,8 +92,6 @@ class _ActivationOperation(BasicOperation):
         **kwargs: Any,
     ) -> torch.Tensor:
         name = type(self).__name__
-        if kwargs:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         check_tensor(name, "input", input_, dtype=input_.dtype)
         dtype = compute_dtype(name, input_, input_.dtype)
         x = maybe_dequantize(input_, dtype).contiguous()

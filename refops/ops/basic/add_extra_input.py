@@ -64,8 +64,6 @@ class AddExtraInput(FuserOnlyOperation):
         basic_op_kwargs: list[dict[str, Any]],
     ) -> tuple[torch.Tensor, Iterable[Iterable[torch.Tensor]]]:
         name = type(self).__name__
-        if basic_op_kwargs[0]:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(basic_op_kwargs[0])}")
         (extra,) = basic_op_extra_inputs[0]
         check_same_layout(name, "the extra input", extra, input_, "the input")
         x = maybe_dequantize(input_, input_.dtype)

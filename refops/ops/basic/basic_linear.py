@@ -185,8 +185,6 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         **kwargs: Any,
     ) -> torch.Tensor:
         name = type(self).__name__
-        if kwargs:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         weight, cfg = self.weight, self._tp
         dtype = compute_dtype(name, input_, weight.dtype)
         check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device, last_dim=self.local_in_features)

@@ -86,8 +86,6 @@ class Bias(BasicOperation):
         next_op_input_quantizer: Any,
         **kwargs: Any,
     ) -> torch.Tensor:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
         name = type(self).__name__
         bias = self.bias
         dtype = compute_dtype(name, input_, bias.dtype)

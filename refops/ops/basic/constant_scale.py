@@ -39,8 +39,6 @@ class ConstantScale(BasicOperation):
         next_op_input_quantizer: Any,
         **kwargs: Any,
     ) -> torch.Tensor:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
         return maybe_dequantize(input_, input_.dtype) * self.scale
 
     def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:

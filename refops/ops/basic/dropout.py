@@ -55,8 +55,6 @@ class Dropout(BasicOperation):
         **kwargs: Any,
     ) -> torch.Tensor:
         name = type(self).__name__
-        if kwargs:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         ctx.is_identity = self._is_identity()
         if ctx.is_identity:
             return input_

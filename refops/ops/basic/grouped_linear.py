@@ -92,6 +92,7 @@ class GroupedLinear(DelayedWeightGrads, QuantizedWeights, FuserOnlyOperation):
     """
 
     num_extra_inputs: int = 1
+    forward_kwargs = frozenset({OUTPUT_BUFFER_KEY, GRAD_INPUT_BUFFER_KEY})  # caller-provided buffers
 
     def __init__(
         self,

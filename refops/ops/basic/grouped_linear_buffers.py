@@ -97,12 +97,9 @@ def caller_buffers(
 ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
     """The ``output`` and ``grad_input`` buffers from the forward kwargs (None when absent), checked.
 
-    Any other kwarg is a ``TypeError``.
+    The fuser has refused any other kwarg (``GroupedLinear.forward_kwargs``).
     """
-    kwargs = dict(kwargs)
-    buffers = (kwargs.pop(OUTPUT_BUFFER_KEY, None), kwargs.pop(GRAD_INPUT_BUFFER_KEY, None))
-    if kwargs:
-        raise TypeError(f"{op_name}: unexpected forward kwargs {sorted(kwargs)}")
+    buffers = (kwargs.get(OUTPUT_BUFFER_KEY), kwargs.get(GRAD_INPUT_BUFFER_KEY))
     for key, buffer, shape in zip((OUTPUT_BUFFER_KEY, GRAD_INPUT_BUFFER_KEY), buffers, (out_shape, in_shape)):
         if buffer is not None:
             _check_caller_buffer(op_name, key, buffer, shape, dtype, device)

@@ -26,8 +26,6 @@ class Identity(BasicOperation):
         next_op_input_quantizer: Any,
         **kwargs: Any,
     ) -> torch.Tensor:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
         return input_
 
     def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:

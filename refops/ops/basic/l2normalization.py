@@ -51,8 +51,6 @@ class L2Normalization(BasicOperation):
         **kwargs: Any,
     ) -> torch.Tensor:
         name = type(self).__name__
-        if kwargs:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         dtype = compute_dtype(name, input_, input_.dtype)
         check_tensor(name, "input", input_, dtype=input_.dtype)
         if input_.dim() == 0:

@@ -57,8 +57,6 @@ class LayerNorm(Normalization):
         **kwargs: Any,
     ) -> torch.Tensor:
         name = type(self).__name__
-        if kwargs:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         weight = self.weight
         dtype = compute_dtype(name, input_, weight.dtype)
         check_tensor(name, "input", input_, dtype=weight.dtype, device=weight.device)

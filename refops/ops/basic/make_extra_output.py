@@ -53,8 +53,6 @@ class MakeExtraOutput(FuserOnlyOperation):
         next_op_input_quantizer: Any,
         basic_op_kwargs: list[dict[str, Any]],
     ) -> tuple[torch.Tensor, Iterable[Iterable[torch.Tensor]]]:
-        if basic_op_kwargs[0]:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(basic_op_kwargs[0])}")
         return input_, [(input_,)]
 
     def fuser_backward(

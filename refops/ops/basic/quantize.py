@@ -61,8 +61,6 @@ class Quantize(BasicOperation):
         next_op_input_quantizer: Any,
         **kwargs: Any,
     ) -> torch.Tensor:
-        if kwargs:
-            raise TypeError(f"{type(self).__name__}: unexpected forward kwargs {sorted(kwargs)}")
         recipe = get_autocast_recipe()
         enabled = recipe is not None and self._quantizers is not None
         output = input_

@@ -44,8 +44,6 @@ class Reshape(BasicOperation):
         **kwargs: Any,
     ) -> torch.Tensor:
         name = type(self).__name__
-        if kwargs:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
         try:
             output = maybe_dequantize(input_, input_.dtype).reshape(self._shape)
         except RuntimeError as error:

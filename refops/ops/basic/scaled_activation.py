@@ -100,8 +100,6 @@ class _ScaledActivation(BasicOperation):
     ) -> tuple[torch.Tensor, list[tuple[()]]]:
         name = type(self).__name__
         self._check_runnable()
-        if basic_op_kwargs[0]:
-            raise TypeError(f"{name}: unexpected forward kwargs {sorted(basic_op_kwargs[0])}")
         scales = basic_op_extra_inputs[0][0]
         check_tensor(name, "input", input_, dtype=input_.dtype)
         dtype = compute_dtype(name, input_, input_.dtype)

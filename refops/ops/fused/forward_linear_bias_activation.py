@@ -47,8 +47,7 @@ class ForwardLinearBiasActivation(FusedOperation):
         dtype = basic_op_ctxs[0].dtype
         if len(self.basic_ops) == 2:  # the bias epilogue, on the fp32 accumulator
             y = epilogue_fp32(self.basic_ops[1], basic_op_ctxs[1], y, dtype=dtype,
-                              prev_op_grad_output_quantizer=linear.get_grad_output_quantizer(),
-                              kwargs=basic_op_kwargs[1])
+                              prev_op_grad_output_quantizer=linear.get_grad_output_quantizer())
         y = y.to(dtype)  # the one rounding
         return y, [() for _ in self.basic_ops]
 

@@ -41,10 +41,7 @@ class ComputeThenAddInPlace(FusedOperation):
         dtype = basic_op_ctxs[0].dtype
         for i, op in enumerate(epilogues, start=1):  # bias and/or alpha, on the fp32 accumulator
             y = epilogue_fp32(op, basic_op_ctxs[i], y, dtype=dtype,
-                              prev_op_grad_output_quantizer=linear.get_grad_output_quantizer(),
-                              kwargs=basic_op_kwargs[i])
-        if basic_op_kwargs[-1]:
-            raise TypeError(f"{type(add).__name__}: unexpected forward kwargs {sorted(basic_op_kwargs[-1])}")
+                              prev_op_grad_output_quantizer=linear.get_grad_output_quantizer())
         (extra,) = basic_op_extra_inputs[-1]
         check_same_layout(type(add).__name__, "the extra input", extra,
                           torch.empty((), dtype=dtype, device=y.device).expand(y.shape), "the input")

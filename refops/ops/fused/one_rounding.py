@@ -51,7 +51,6 @@ def linear_forward_fp32(
 
 def epilogue_fp32(
     op: Any, ctx: OperationContext, y: torch.Tensor, *, dtype: torch.dtype, prev_op_grad_output_quantizer: Any,
-    kwargs: dict[str, Any],
 ) -> torch.Tensor:
     """Apply a ``Bias`` or ``ConstantScale`` to the fp32 ``y`` in fp32, filling ``ctx`` as its forward would.
 
@@ -59,8 +58,6 @@ def epilogue_fp32(
     (``y``'s shape, in ``dtype``), so a fusion never accepts what the composition refuses.
     """
     name = type(op).__name__
-    if kwargs:
-        raise TypeError(f"{name}: unexpected forward kwargs {sorted(kwargs)}")
     op.check_input(torch.empty((), dtype=dtype, device=y.device).expand(y.shape))
     if isinstance(op, Bias):
         ctx.dtype = dtype

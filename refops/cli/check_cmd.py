@@ -22,7 +22,7 @@ from .. import ops
 from ..kernels.registry import available_backends, get_backend
 from ..quantization.recipe_state import RecipeState
 from ..quantization.state import autocast
-from ..testing.compare import compare_backends, compare_modules
+from ..testing.modules import compare_backends, compare_modules
 from ..testing.recipes import RECIPE_NAMES, make_recipe
 
 __all__ = ["add_parser", "CASES", "run_matrix"]

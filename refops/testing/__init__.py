@@ -5,11 +5,11 @@ on adversarial inputs), then :func:`compare_modules` / :func:`compare_backends` 
 under the three-tier policy, with a report of which tiers ran) and :func:`check_lifecycle`.
 """
 
-from .quantizer_check import QuantizerCheckReport, QuantizerMismatch, check_quantizer
-from .compare import ComparisonReport, TierRun, compare_backends, compare_modules, recipe_tols
+from .quantizers import QuantizerCheckReport, QuantizerMismatch, check_quantizer
+from .modules import ComparisonReport, TierRun, compare_backends, compare_modules, recipe_tols
 from .recipes import RECIPE_NAMES, make_recipe
 from .tensor_report import TensorComparison, compare_tensors, sqnr_db
-from .conformance import LifecycleReport, PropertyResult, Status, check_lifecycle
+from .lifecycle import LifecycleReport, PropertyResult, Status, check_lifecycle
 from .tolerances import dtype_tols, gemm_tols, quantization_tols
 
 __all__ = ["RECIPE_NAMES", "make_recipe", "dtype_tols", "gemm_tols", "quantization_tols"]

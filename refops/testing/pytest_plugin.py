@@ -63,26 +63,26 @@ class Oracle:
 
     def check_quantizer(self, candidate, quantizer_or_recipe, **kwargs):
         """:func:`refops.testing.check_quantizer` with inputs on this device: check a kernel's quantizer first."""
-        from .quantizer_check import check_quantizer
+        from .quantizers import check_quantizer
 
         kwargs.setdefault("device", self.device)
         return check_quantizer(candidate, quantizer_or_recipe, **kwargs)
 
     def compare(self, candidate, reference, inputs, **kwargs):
         """:func:`refops.testing.compare_modules`; ``assert_ok()`` on the result raises with the evidence."""
-        from .compare import compare_modules
+        from .modules import compare_modules
 
         return compare_modules(candidate, reference, inputs, **kwargs)
 
     def compare_backends(self, factory, inputs, **kwargs):
         """:func:`refops.testing.compare_backends`."""
-        from .compare import compare_backends
+        from .modules import compare_backends
 
         return compare_backends(factory, inputs, **kwargs)
 
     def check_lifecycle(self, factory, **kwargs):
         """:func:`refops.testing.check_lifecycle` on this device."""
-        from .conformance import check_lifecycle
+        from .lifecycle import check_lifecycle
 
         return check_lifecycle(factory, device=self.device, **kwargs)
 

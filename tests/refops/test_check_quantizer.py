@@ -14,7 +14,7 @@ from refops.quantization import (
     NVFP4Quantizer,
 )
 from refops.testing import RECIPE_NAMES, check_quantizer, make_recipe
-from refops.testing.quantizer_cases import CASES
+from refops.testing.quantizers.cases import CASES
 
 FLT_MAX = torch.finfo(torch.float32).max
 

@@ -21,7 +21,7 @@ from refops.ops.basic.basic_linear import BasicLinear
 from refops.ops.basic.grouped_linear import GroupedLinear
 from refops.ops.basic.layer_norm import LayerNorm
 from refops.testing import LifecycleReport, Status, check_lifecycle
-from refops.testing.conformance import PROPERTIES
+from refops.testing.lifecycle.check import PROPERTIES
 
 HELD, VIOLATED = Status.HELD, Status.VIOLATED
 NOT_CHECKED, NOT_APPLICABLE = Status.NOT_CHECKED, Status.NOT_APPLICABLE

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from .conformance_evidence import (
+from .evidence import (
     alias_changes,
     alias_structure,
     bit_equal,
@@ -28,7 +28,7 @@ from .conformance_evidence import (
     named_tensors,
     plural,
 )
-from .conformance_probe import NotApplicable, Subject, Violation
+from .probe import NotApplicable, Subject, Violation
 
 __all__ = [
     "no_stale_cache_after_replacement",

@@ -23,9 +23,9 @@ from typing import Optional
 
 import torch
 
-from ..formats import E2M1_VALUES, e8m0_to_fp32, unpack_e2m1
-from ..quantization import Float8BlockwiseQTensor, Float8Tensor, MXFP8Tensor, NVFP4Tensor, QuantizedTensor
-from ..quantization.quantizer import torch_fp8_dtype
+from ...formats import E2M1_VALUES, e8m0_to_fp32, unpack_e2m1
+from ...quantization import Float8BlockwiseQTensor, Float8Tensor, MXFP8Tensor, NVFP4Tensor, QuantizedTensor
+from ...quantization.quantizer import torch_fp8_dtype
 
 __all__ = ["usage_fields", "element_codes", "element_scales", "describe_code", "describe_scale", "as_bits"]
 

@@ -26,11 +26,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from . import conformance_materialization as materialization
-from . import conformance_replacement as replacement
-from .conformance_evidence import describe_exception
-from .conformance_probe import NotApplicable, NotChecked, Subject, Violation
-from .conformance_report import LifecycleReport, PropertyResult, Status
+from . import materialization
+from . import replacement
+from .evidence import describe_exception
+from .probe import NotApplicable, NotChecked, Subject, Violation
+from .report import LifecycleReport, PropertyResult, Status
 
 __all__ = ["check_lifecycle", "LifecycleReport", "PropertyResult", "Status", "PROPERTIES"]
 

@@ -23,7 +23,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from .conformance_evidence import describe_exception, named_tensors, output_tensors, weighted_sum
+from .evidence import describe_exception, named_tensors, output_tensors, weighted_sum
 
 __all__ = ["Subject", "Violation", "NotApplicable", "NotChecked", "PATHS", "over_paths", "reset_roots"]
 
@@ -82,7 +82,7 @@ class Subject:
         """Whether failing to materialize through ``reset_parameters`` or the first forward is a violation."""
         if self.lazy is not None:
             return self.lazy
-        from ..ops.op import FusibleOperation
+        from ...ops.op import FusibleOperation
 
         # Every parameter must belong to a refops op: a torch.nn child of a mixed composite cannot
         # materialize by itself, and PyTorch does not promise that it does.

@@ -18,9 +18,9 @@ from typing import Callable, Optional
 
 import torch
 
-from ..formats import E2M1_VALUES, FLT_MAX, e8m0_encode_multiplier, e8m0_from_fp32
-from ..kernels import current_backend
-from ..quantization import (
+from ...formats import E2M1_VALUES, FLT_MAX, e8m0_encode_multiplier, e8m0_from_fp32
+from ...kernels import current_backend
+from ...quantization import (
     Float8BlockQuantizer,
     Float8CurrentScalingQuantizer,
     Float8Quantizer,
@@ -28,7 +28,7 @@ from ..quantization import (
     NVFP4Quantizer,
     Quantizer,
 )
-from ..quantization.quantizer import torch_fp8_dtype
+from ...quantization.quantizer import torch_fp8_dtype
 
 __all__ = ["QuantizerCase", "CASES", "block_length", "format_max", "multiplier_for_amax", "TIE_AMAX"]
 

@@ -26,10 +26,10 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ..quantization.quantized_tensor import QuantizedTensor
-from ..quantization.quantizer import Quantizer
-from . import quantizer_layout as layout
-from .tensor_report import TensorComparison, compare_tensors
+from ...quantization.quantized_tensor import QuantizedTensor
+from ...quantization.quantizer import Quantizer
+from ..quantizers import layout
+from ..tensor_report import TensorComparison, compare_tensors
 
 __all__ = ["HOOK", "Recorded", "recording", "reference_operands", "operand_sources", "same_source", "compare_operands"]
 

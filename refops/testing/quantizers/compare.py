@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from ..quantization import Float8CurrentScalingQuantizer, Float8Quantizer, QuantizedTensor, Quantizer
-from . import quantizer_layout as layout
-from .quantizer_report import CaseRun, QuantizerMismatch
+from ...quantization import Float8CurrentScalingQuantizer, Float8Quantizer, QuantizedTensor, Quantizer
+from . import layout
+from .report import CaseRun, QuantizerMismatch
 
 __all__ = ["candidate_fields", "quantized_run", "dequantized_run", "Comparison", "first_line"]
 

@@ -1,8 +1,8 @@
 """Lifecycle properties of deferred initialization: from ``meta`` to real, initialized parameters.
 
-Each check takes a :class:`~refops.testing.conformance_probe.Subject` and returns
+Each check takes a :class:`~refops.testing.lifecycle.probe.Subject` and returns
 its evidence when the property holds, or raises ``Violation``, ``NotApplicable``
-or ``NotChecked`` (see :mod:`refops.testing.conformance_probe`). The materialized
+or ``NotChecked`` (see :mod:`refops.testing.lifecycle.probe`). The materialized
 module is always compared with the module built directly on the target device
 under the same seed: values must be bit-identical, as in ``§1.4`` of the
 ecosystem notes (the best-in-class deferred-init contract).
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .conformance_evidence import (
+from .evidence import (
     alias_changes,
     alias_structure,
     compare_tensors,
@@ -24,7 +24,7 @@ from .conformance_evidence import (
     plural,
     weighted_sum,
 )
-from .conformance_probe import NotApplicable, Subject, Violation, over_paths
+from .probe import NotApplicable, Subject, Violation, over_paths
 
 __all__ = [
     "zero_allocation_on_meta",

@@ -12,7 +12,7 @@ backend (:func:`compare_backends`).
 
 The report lists every tier that ran and every tier that did not, with the reason
 (:class:`TierRun`): a candidate that returns plain tensors has no quantized bytes to
-compare unless it exposes its operands (:mod:`refops.testing.quantized_operands`).
+compare unless it exposes its operands (:mod:`refops.testing.modules.quantized_operands`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,14 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
-from ..kernels import use_backend
-from ..quantization.quantized_tensor import QuantizedTensor
-from ..quantization.recipe_state import DelayedScalingRecipeState
-from ..quantization.state import autocast
-from ..recipe import NVFP4BlockScaling, Recipe
+from ...kernels import use_backend
+from ...quantization.quantized_tensor import QuantizedTensor
+from ...quantization.recipe_state import DelayedScalingRecipeState
+from ...quantization.state import autocast
+from ...recipe import NVFP4BlockScaling, Recipe
 from . import quantized_operands as operands
-from .tensor_report import TensorComparison, compare_tensors
-from .tolerances import dtype_tols, gemm_tols
+from ..tensor_report import TensorComparison, compare_tensors
+from ..tolerances import dtype_tols, gemm_tols
 
 __all__ = ["ComparisonReport", "TierRun", "compare_modules", "compare_backends", "recipe_tols"]
 

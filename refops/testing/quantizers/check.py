@@ -1,7 +1,7 @@
 """``check_quantizer``: a candidate quantizer against the reference, bit for bit, on adversarial inputs.
 
 A kernel author's first test. ``check_quantizer(candidate, quantizer_or_recipe)``
-runs the matrix of :mod:`refops.testing.quantizer_cases` (random values at many
+runs the matrix of :mod:`refops.testing.quantizers.cases` (random values at many
 scales, heavy tails, zeros, all-zero blocks, subnormals, exact ties between
 codes, values at and past the format's max, infinities and NaN, partial blocks,
 fp32/fp16/bf16 inputs) in both orientations, and compares every code and every
@@ -41,14 +41,14 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
-from ..quantization import Float8Quantizer, NVFP4Quantizer, QuantizedTensor, Quantizer
-from ..quantization.quantizer import QuantizerRole
-from ..quantization.recipe_state import RecipeState
-from ..recipe import Recipe
-from . import quantizer_layout as layout
-from .quantizer_cases import CASES, QuantizerCase, multiplier_for_amax
-from .quantizer_compare import Comparison, candidate_fields, dequantized_run, first_line, quantized_run
-from .quantizer_report import CaseRun, QuantizerCheckReport, QuantizerMismatch
+from ...quantization import Float8Quantizer, NVFP4Quantizer, QuantizedTensor, Quantizer
+from ...quantization.quantizer import QuantizerRole
+from ...quantization.recipe_state import RecipeState
+from ...recipe import Recipe
+from . import layout
+from .cases import CASES, QuantizerCase, multiplier_for_amax
+from .compare import Comparison, candidate_fields, dequantized_run, first_line, quantized_run
+from .report import CaseRun, QuantizerCheckReport, QuantizerMismatch
 
 __all__ = ["check_quantizer", "QuantizerCheckReport", "CaseRun", "QuantizerMismatch", "OUTPUTS"]
 
@@ -182,7 +182,7 @@ def check_quantizer(
         role: for a recipe, which tensor's quantizer: "input", "weight" or "grad_output".
         dtypes: the input dtypes (default fp32, fp16, bf16).
         usages: the orientations, "rowwise" and "columnwise".
-        cases: only these case names (default: every case of :data:`~refops.testing.quantizer_cases.CASES`).
+        cases: only these case names (default: every case of :data:`~refops.testing.quantizers.cases.CASES`).
         device: where the inputs are made (default: torch's default device).
         seed: seeds each case's generator (``seed + position``); the matrix is deterministic.
         max_mismatches: how many mismatching elements the report lists (the first of every failing run

@@ -121,3 +121,27 @@ def test_block_scaled_gemms_are_found_on_hopper(cuda):
     found = gemm_blockwise.support(cuda)
     assert found is not None, "torch._scaled_mm with 1x128 / 128x128 scales failed or gave wrong results"
     assert {torch.float32, torch.bfloat16} <= found.out_dtypes, found
+
+
+@pytest.mark.parametrize("tokens,hidden,ffn", [(256, 384, 384), (256, 1024, 512), (96, 256, 128)])
+def test_backend_gemms_match_the_reference(tokens, hidden, ffn, cuda, reference_backend, fastpath_backend):
+    """The fast path's GEMMs on block-scaled operands against the reference: cuBLAS's block-scaled GEMM where
+    the dims are multiples of 128 (``gemm_path`` says "scaled_mm"), dequantize + cuBLAS elsewhere."""
+    from fastpath.gemm import gemm_path
+
+    with refops.use_backend(reference_backend):
+        x, w, dy = (quantized(tokens, hidden, 1, 0, cuda), quantized(ffn, hidden, 2, 1, cuda),
+                    quantized(tokens, ffn, 1, 2, cuda))
+    tols = quantization_tols("fp8_block_scaling")
+    found = gemm_blockwise.support(cuda)
+    for out_dtype in (torch.bfloat16, torch.float32):
+        applies = tokens % BLOCK == 0 and found is not None and out_dtype in found.out_dtypes
+        for what, a, b, kw in [("fprop", x, w, dict(trans_b=True)), ("dgrad", dy, w, {}),
+                               ("wgrad", dy, x, dict(trans_a=True))]:
+            with refops.use_backend(reference_backend) as ref:
+                want = ref.gemm(a, b, out_dtype=out_dtype, **kw)
+            with refops.use_backend(fastpath_backend) as fast:
+                got = fast.gemm(a, b, out_dtype=out_dtype, **kw)
+            scale = float(want.float().abs().max())
+            assert torch.allclose(got.float(), want.float(), rtol=tols["rtol"], atol=tols["atol"] * scale), what
+            assert gemm_path(a, b, out_dtype=out_dtype, **kw) == ("scaled_mm" if applies else "dequantize+cublas"), what

@@ -424,11 +424,11 @@ def refops_peer_outputs(q: Any, recipe: str, m: int, k: int) -> tuple[torch.Tens
 # ------------------------------------------------------------------------------------------ training step
 def _parameter_values(sizes: Sizes, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """``[(w1, b1), (w2, b2)]``: the two linears' weights and biases, the same values for both sides."""
-    g = torch.Generator(device="cpu").manual_seed(0)
+    g = torch.Generator(device=device).manual_seed(0)
     h, f = sizes.hidden, sizes.ffn
 
     def randn(*shape: int, scale: float) -> torch.Tensor:
-        return (torch.randn(*shape, generator=g) * scale).to(device=device, dtype=torch.bfloat16)
+        return (torch.randn(*shape, generator=g, device=device) * scale).to(torch.bfloat16)
 
     return [(randn(f, h, scale=h ** -0.5), randn(f, scale=0.1)), (randn(h, f, scale=f ** -0.5), randn(h, scale=0.1))]
 
@@ -626,10 +626,9 @@ def run_step_row(row: Row, sizes: Sizes, te: Any, te_reason: Optional[str], args
     import refops
 
     values = _parameter_values(sizes, device)
-    g = torch.Generator(device="cpu").manual_seed(1)
-    x = torch.randn(sizes.tokens, sizes.hidden, generator=g).to(device=device, dtype=torch.bfloat16)
-    x.requires_grad_(True)
-    dy = (torch.randn(sizes.tokens, sizes.hidden, generator=g) * 0.1).to(device=device, dtype=torch.bfloat16)
+    g = torch.Generator(device=device).manual_seed(1)
+    x = torch.randn(sizes.tokens, sizes.hidden, generator=g, device=device).to(torch.bfloat16).requires_grad_(True)
+    dy = (torch.randn(sizes.tokens, sizes.hidden, generator=g, device=device) * 0.1).to(torch.bfloat16)
     extra: dict[str, Any] = {"flop": step_flops(sizes)}
     ours_step, _ = make_step(refops, refops.autocast, _refops_recipe(row.recipe), sizes, device, values, x, dy)
     refops_side = Side(ours_step, host_calls=3)
@@ -807,7 +806,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{_fmt(record.get('refops_host_ms'))} ms  ({time.perf_counter() - start:.0f} s)"
               + (f"  [{record['te_skipped']}]" if record.get("te_skipped") else "")
               + (f"  [refops: {record['refops_error']}]" if record.get("refops_error") else ""), flush=True)
-    write_records(args.out, records, meta)
+        write_records(args.out, records, meta)  # after every row: a run cut short keeps what it measured
     print(f"wrote {args.out / 'vs_te.json'} and {args.out / 'vs_te.md'}")
     return 0
 

@@ -28,8 +28,8 @@ Every time is the median of ``--reps`` CUDA-event intervals between consecutive 
 
 * ``te_ms`` / ``refops_ms`` (the headline, "eager"): calls enqueued back to back on an idle GPU, as a training
   loop runs them. When the host takes longer to enqueue a call than the GPU takes to run it, this is host time.
-* ``*_device_ms``: the same calls enqueued behind a GPU spin (``torch.cuda._sleep``) long enough for the host to
-  queue all of them, so the intervals are device time without host gaps. A call that synchronizes the host
+* ``*_device_ms``: the same calls (at most 5 training steps) enqueued behind a GPU spin (``torch.cuda._sleep``) long
+  enough for the host to queue all of them, so the intervals are device time without host gaps. A call that synchronizes the host
   with the device (``cudaStreamSynchronize``, a blocking copy) drains the queue: its device time stays eager.
 * ``*_host_ms``: host wall time per call (no synchronization inside the loop).
 
@@ -565,16 +565,19 @@ def profile_call(fn: Callable[[], Any], path: Optional[pathlib.Path]) -> dict[st
 # ------------------------------------------------------------------------------------------ measuring
 @dataclasses.dataclass
 class Side:
-    """A prepared call of one side: ``fn`` runs it; ``outputs`` (optional) returns what to compare."""
+    """A prepared call of one side (``fn``), how many calls its host time is the mean of, and at most how many
+    calls its device time queues behind the spin: a training step launches ~100-250 kernels, and the GPU's
+    launch queue holds about a thousand, so more steps than that would wait for the spin on the host."""
 
     fn: Callable[[], Any]
     host_calls: int
+    device_reps: Optional[int] = None
 
 
 def measure_side(side: Side, reps: int, warmup: int) -> dict[str, float]:
     eager = eager_ms(side.fn, reps, warmup)
     host = host_ms(side.fn, side.host_calls)
-    device = device_ms(side.fn, reps, host)
+    device = device_ms(side.fn, min(reps, side.device_reps or reps), host)
     return {"ms": eager, "device_ms": device, "host_ms": host}
 
 
@@ -631,7 +634,7 @@ def run_step_row(row: Row, sizes: Sizes, te: Any, te_reason: Optional[str], args
     dy = (torch.randn(sizes.tokens, sizes.hidden, generator=g, device=device) * 0.1).to(torch.bfloat16)
     extra: dict[str, Any] = {"flop": step_flops(sizes)}
     ours_step, _ = make_step(refops, refops.autocast, _refops_recipe(row.recipe), sizes, device, values, x, dy)
-    refops_side = Side(ours_step, host_calls=3)
+    refops_side = Side(ours_step, host_calls=3, device_reps=5)
     base_side, te_skipped = None, None
     if te is None:
         te_skipped = te_reason
@@ -643,7 +646,7 @@ def run_step_row(row: Row, sizes: Sizes, te: Any, te_reason: Optional[str], args
             ours_step()
             extra["sqnr_y_db"] = sqnr_db(ours_step.y, y_te)
             extra["sqnr_dx_db"] = sqnr_db(x.grad, dx_te)
-            base_side = Side(te_step, host_calls=3)
+            base_side = Side(te_step, host_calls=3, device_reps=5)
         except Exception as exc:
             te_skipped = f"TE failed: {_error(exc)}"
     return _measure_row(row, sizes, args, refops_side, base_side, te_skipped, extra, flop=extra["flop"])

@@ -211,7 +211,8 @@ def _probe(device: torch.device) -> Optional[BlockwiseSupport]:
     if torch.cuda.get_device_capability(device)[0] != 9:
         return None  # block-scaled cuBLAS GEMMs with these scale layouts: Hopper only (Blackwell: MXFP8)
     g = torch.Generator(device="cpu").manual_seed(0)
-    with torch.no_grad():
+    # No autocast (gemm_path may be asked inside one): the reference product is float64.
+    with torch.no_grad(), torch.autocast("cuda", enabled=False):
         for tokens, hidden, ffn, conventions in ((256, 384, 384, ("compact", "padded")), (256, 512, 512, ("aligned",))):
             x = _probe_operand(tokens, hidden, False, g, device)
             w = _probe_operand(ffn, hidden, True, g, device)

@@ -50,4 +50,7 @@ def _ceil_div(n: int, d: int) -> int:
 
 def _run(filename: str, name: str, grid: tuple[int, ...], block: int | tuple[int, ...], args: tuple[Any, ...],
          device: torch.device) -> None:
-    launch(get_kernel(filename, name), grid, block if isinstance(block, tuple) else (block,), args, device=device)
+    """Launch ``kernels/<filename>``'s ``name`` as compiled for ``device`` (the tensors' device, not necessarily
+    the current one), on ``device``'s current stream."""
+    launch(get_kernel(filename, name, device.index), grid, block if isinstance(block, tuple) else (block,), args,
+           device=device)

@@ -24,6 +24,8 @@ import torch
 from refops.quantization import Float8Tensor, QuantizedTensor
 from refops.quantization.quantizer import torch_fp8_dtype
 
+from .gemm_blockwise import blockwise_scaled_mm_operands
+
 __all__ = ["GemmKernels", "GemmPath", "GEMM_PATHS", "gemm_path"]
 
 _FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -73,23 +75,30 @@ GEMM_PATHS: dict[str, GemmPath] = {
         "dequantize_mxfp8 to the output dtype, then torch.matmul",
     ),
     "fp8_block_scaling": GemmPath(
-        "dequantize+cublas",
-        "Float8BlockwiseQTensor",
-        "torch._scaled_mm's blockwise mode on sm_90 accepts only particular scale layouts (A: 1x128 scales "
-        "M-major; B: 1x128 or 128x128 with fixed strides) that this fast path does not build: "
-        "dequantize_float8_block to the output dtype, then torch.matmul",
+        "scaled_mm",
+        "Float8BlockwiseQTensor x Float8BlockwiseQTensor",
+        "cuBLAS block-scaled FP8 GEMM (cuBLASLt 12.9+, sm_90; TE's path for Float8BlockScaling) via "
+        "torch._scaled_mm's blockwise modes, 1x128 x 128x128 (fprop, dgrad) and 1x128 x 1x128 (wgrad): the "
+        "scale tensors are views of refops's GEMM-ready layout (fastpath.gemm_blockwise, whose probe checks this "
+        "torch and cuBLAS once per device against the exact product). Needs M, N, K % 128 == 0, not two 128x128 "
+        "operands, not E5M2 x E5M2, else dequantize_float8_block to the output dtype, then torch.matmul",
     ),
     "nvfp4": _NVFP4,
     "nvfp4_4over6": _NVFP4,
 }
 
 
-def gemm_path(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bool = False) -> str:
-    """The path (``GemmPath.path``) the fast path takes for these operands."""
+def gemm_path(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_b: bool = False,
+              out_dtype: Optional[torch.dtype] = None) -> str:
+    """The path (``GemmPath.path``) the fast path takes for these operands (``out_dtype``: the result's dtype,
+    by default ``a``'s nominal dtype; block-scaled GEMMs depend on it)."""
     quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
     if not quantized:
         return "cublas"
-    return "scaled_mm" if _scaled_mm_operands(a, b, trans_a, trans_b) is not None else "dequantize+cublas"
+    if _scaled_mm_operands(a, b, trans_a, trans_b) is not None:
+        return "scaled_mm"
+    blockwise = blockwise_scaled_mm_operands(a, b, trans_a, trans_b, out_dtype or a.dtype)
+    return "scaled_mm" if blockwise is not None else "dequantize+cublas"
 
 
 # ------------------------------------------------------------------ helpers
@@ -258,6 +267,9 @@ class GemmKernels:
                          accumulate=accumulate)
         else:
             operands = _scaled_mm_operands(a, b, trans_a, trans_b)
+            if operands is None:  # FP8 block scaling: cuBLAS's block-scaled GEMM where it takes the pair
+                scaled_mm_out = target if alpha == 1.0 and not accumulate else torch.float32  # as _scaled_mm below
+                operands = blockwise_scaled_mm_operands(a, b, trans_a, trans_b, scaled_mm_out)
             if operands is not None:
                 return self._scaled_mm(operands, target=target, alpha=alpha, out=out, accumulate=accumulate)
             operand_dtype = a.dtype if wide else target  # the operands' nominal 16-bit dtype for an fp32 result

@@ -121,7 +121,7 @@ class QuantizeKernels:
         if not (_on_cuda(amax) and amax.dtype == torch.float32 and amax.numel() > 0):
             return super().compute_scale_from_amax(amax, fmax=fmax, force_pow_2_scales=force_pow_2_scales,
                                                    amax_epsilon=amax_epsilon, value_for_inf=value_for_inf)
-        a = amax.detach().contiguous()
+        a = amax if amax.is_contiguous() else amax.contiguous()  # the kernel reads the values only
         scale = torch.empty(a.shape, dtype=torch.float32, device=a.device)
         _run("cast_fp8.cu", "fp8_compute_scale", _grid(a.numel(), a.device), _THREADS,
              (ptr(a), i64(a.numel()), f64(fmax), f64(amax_epsilon), f64(value_for_inf), i32(int(force_pow_2_scales)),
@@ -141,7 +141,8 @@ class QuantizeKernels:
         e5m2 = _FP8[fp8_dtype][0]
         m, k = _rows_cols(x.shape)
         xc = _aligned(x)
-        s = scale.reshape(1).to(torch.float32).contiguous()
+        # The kernels read one fp32 value through a pointer (a (1,) fp32 scale, the common case, as it is).
+        s = scale if scale.dtype == torch.float32 else scale.to(torch.float32)
         scale_inv = torch.empty(1, dtype=torch.float32, device=x.device)
         row = torch.empty(x.shape, dtype=torch.uint8, device=x.device) if rowwise else None
         col = None

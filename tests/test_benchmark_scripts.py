@@ -24,6 +24,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
         ("diag_access_patterns.py", [], 0, "no CUDA device: nothing to measure"),
         ("bench_fastpath.py", ["--quick", "--parts", "kernels"], 0, "nothing measured"),
         ("profile_cases.py", ["amax"], 1, "needs a GPU with CuPy"),
+        ("bench_vs_te.py", [], 0, "torch reports no CUDA device: nothing measured"),
     ],
 )
 def test_script_without_a_gpu_says_why(script, args, returncode, message, tmp_path):
@@ -156,3 +157,101 @@ def test_nvfp4_issue_bound_cli_and_bad_input(tmp_path):
     (tmp_path / "ncu_pass2.txt").write_text('"ID","Process ID"\n')
     with pytest.raises(ValueError, match="lacks the GPU lines"):
         bound.parse_ncu(tmp_path / "ncu_pass2.txt")
+
+
+# ------------------------------------------------------------------ bench_vs_te.py (TE side by side)
+def test_bench_vs_te_rows_are_the_issue_table_plus_the_compile_peers():
+    bench = _benchmark_module("bench_vs_te")
+    sizes = bench.Sizes()
+    works = {r.key: r.work(sizes) for r in bench.ROWS}
+    assert len(works) == len(bench.ROWS) == 10
+    assert works["quantize_fp8_current"] == "quantize 8192x8192 bf16, FP8 current scaling, row+col"
+    assert works["quantize_fp8_block_128x128"] == "quantize 8192x8192 bf16, FP8 block 128x128, row+col"
+    assert works["step_fp8_delayed"] == (
+        "training step Linear(4096,16384)-GELU-Linear(16384,4096), batch 8192, FP8 delayed scaling")
+    assert works["step_bf16"].endswith("batch 8192, bf16")
+    assert {r.key for r in bench.ROWS if r.baseline == "compile"} == {"quantize_mxfp8", "quantize_nvfp4"}
+    assert "torch.compile peer" in works["quantize_nvfp4"]
+    # 6 GEMMs of 2 * 8192 * 4096 * 16384 FLOP: the issue's 695 TFLOP/s at 9.50 ms
+    assert bench.step_flops(sizes) / 9.50e-3 / 1e12 == pytest.approx(694.4, abs=0.1)
+    assert [r.key for r in bench.select_rows("step")] == ["step_bf16", "step_fp8_current", "step_fp8_delayed",
+                                                          "step_fp8_block"]
+    assert [r.key for r in bench.select_rows("quantize_fp8_block_1x128,nvfp4")] == [
+        "quantize_fp8_block_1x128", "quantize_nvfp4"]
+    assert bench.select_rows("") == list(bench.ROWS)
+    with pytest.raises(ValueError, match="no row matches \\['nope'\\]; the rows are"):
+        bench.select_rows("step,nope")
+
+
+def test_bench_vs_te_records_and_table(tmp_path, capsys):
+    """The JSON starts every row with work, te_ms, refops_ms, ratio = refops / te; a missing baseline is null
+    with its reason; the markdown table has a line per row; --compare prints two records side by side."""
+    import json
+
+    bench = _benchmark_module("bench_vs_te")
+    sizes = bench.Sizes()
+    rows = {r.key: r for r in bench.ROWS}
+    records = [
+        bench.make_record(rows["quantize_fp8_current"], sizes, 0.158, 0.260, te_device_ms=0.150,
+                          refops_device_ms=0.110, te_gbps=1700.0, refops_gbps=1030.0, same_bytes=True),
+        bench.make_record(rows["step_fp8_delayed"], sizes, None, 9.78, te_skipped="TransformerEngine does not import",
+                          refops_tflops=674.6, refops_syncs=4),
+        bench.make_record(rows["step_bf16"], sizes, 9.5, float("nan")),
+    ]
+    assert records[0]["ratio"] == pytest.approx(0.260 / 0.158)
+    assert records[1]["te_ms"] is None and records[1]["ratio"] is None
+    assert records[2]["refops_ms"] is None and records[2]["ratio"] is None  # a NaN time is no time
+    bench.write_records(tmp_path, records, {"device": "NVIDIA H200", "reps": 20})
+    written = json.loads((tmp_path / "vs_te.json").read_text())
+    assert [list(r)[:4] for r in written] == [list(bench.RECORD_KEYS)] * 3
+    assert written[0]["work"] == "quantize 8192x8192 bf16, FP8 current scaling, row+col"
+    table = (tmp_path / "vs_te.md").read_text()
+    assert "| quantize 8192x8192 bf16, FP8 current scaling, row+col | 0.158 | 0.260 | 1.65 | 1700 GB/s | 1030 GB/s " \
+           "| 0.150 / 0.110 | 0.73 |" in table
+    assert "baseline skipped: TransformerEngine does not import; refops: 4 host syncs/call" in table
+    assert "| 675 TFLOP/s |" in table
+    with pytest.raises(ValueError, match="lacks \\['ratio'\\]"):
+        bench.write_records(tmp_path, [{"work": "w", "te_ms": 1.0, "refops_ms": 1.0}], {})
+    after = [dict(records[0], refops_ms=0.120, ratio=0.120 / 0.158)]
+    (tmp_path / "after.json").write_text(json.dumps(after))
+    assert bench.main(["--compare", str(tmp_path / "vs_te.json"), str(tmp_path / "after.json")]) == 0
+    assert "| quantize 8192x8192 bf16, FP8 current scaling, row+col | 0.158 | 0.260 | 0.120 | 1.65 | 0.76 |" in \
+        capsys.readouterr().out
+
+
+def test_bench_vs_te_sides_run_on_cpu_with_the_reference():
+    """What the GPU run times, at a tiny size on the CPU: the training step of every row (same parameter values
+    loaded), the byte comparison, and the compile peers' outputs (eager here) against refops's, byte for byte."""
+    bench = _benchmark_module("bench_vs_te")
+    import nvfp4_vs_compile
+    import peers
+
+    import refops
+
+    cpu = torch.device("cpu")
+    sizes = bench.Sizes(size=128, tokens=64, hidden=128, ffn=256)
+    values = bench._parameter_values(sizes, cpu)
+    x = torch.randn(64, 128).to(torch.bfloat16).requires_grad_(True)
+    dy = torch.randn(64, 128).to(torch.bfloat16)
+    for recipe in (None, "fp8_current", "fp8_delayed", "fp8_block"):
+        step, model = bench.make_step(refops, refops.autocast, bench._refops_recipe(recipe), sizes, cpu, values, x, dy)
+        step()
+        assert step.y.shape == (64, 128) and x.grad.shape == (64, 128), recipe
+        assert torch.equal(model[2].weight.detach(), values[1][0]) and torch.equal(model[2].bias.detach(), values[1][1])
+    assert bench.sqnr_db(step.y, step.y) == float("inf")
+    m = k = 128
+    xq = torch.randn(m, k).to(torch.bfloat16) * 3
+    for recipe in ("fp8_current", "fp8_block_1x128", "fp8_block_128x128"):
+        arrays = bench.quantized_arrays(bench.refops_quantizer(recipe, cpu).quantize(xq), recipe, m, k)
+        other = bench.quantized_arrays(bench.refops_quantizer(recipe, cpu).quantize(xq * 1.5), recipe, m, k)
+        assert bench.compare_bytes(arrays, arrays) == (True, "")
+        same, detail = bench.compare_bytes(arrays, other)
+        assert not same and "bytes" in detail, recipe
+    row, row_scale = peers.mxfp8(xq)
+    col, col_scale = peers.mxfp8(xq.t())
+    want = {"mxfp8": (row, row_scale, col.t(), col_scale.t()), "nvfp4": nvfp4_vs_compile.peer(xq, True)}
+    for recipe, theirs in want.items():
+        ours = bench.refops_peer_outputs(bench.refops_quantizer(recipe, cpu).quantize(xq), recipe, m, k)
+        assert bench.compare_bytes({str(i): t for i, t in enumerate(ours)},
+                                   {str(i): t.reshape(ours[i].shape) for i, t in enumerate(theirs)}) == (True, ""), \
+            recipe

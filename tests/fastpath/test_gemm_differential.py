@@ -3,9 +3,9 @@
 Plain operands: cuBLAS in the operands' dtype (fp32 accumulation, reduced-precision
 reductions off) vs the reference's IEEE fp32 GEMM, within one output rounding plus
 the worst-case difference of two fp32 accumulation orders (:func:`assert_one_rounding_apart`).
-Per-tensor FP8 operands: ``torch._scaled_mm`` vs the exact fp32 product of the
-dequantized values, within E4M3 tolerance; every other quantized operand: the
-backend's dequantization then cuBLAS, within the recipe's tolerance. The GEMM path
+Per-tensor FP8 and FP8 block-scaled operands: ``torch._scaled_mm`` vs the exact fp32
+product of the dequantized values, within E4M3 tolerance; every other quantized operand:
+the backend's dequantization then cuBLAS, within the recipe's tolerance. The GEMM path
 taken must be the one ``GEMM_PATHS`` lists.
 """
 
@@ -298,7 +298,7 @@ def test_gemm_paths_cover_every_recipe():
     assert set(GEMM_PATHS) == set(RECIPE_NAMES) | {"none"}
     assert all(isinstance(p, GemmPath) and p.path in ("cublas", "scaled_mm", "dequantize+cublas") and p.reason
                for p in GEMM_PATHS.values())
-    assert GEMM_PATHS["fp8_current_scaling"].path == "scaled_mm"
+    assert GEMM_PATHS["fp8_current_scaling"].path == GEMM_PATHS["fp8_block_scaling"].path == "scaled_mm"
     assert GEMM_PATHS["mxfp8"].path == GEMM_PATHS["nvfp4"].path == "dequantize+cublas"
 
 

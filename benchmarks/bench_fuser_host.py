@@ -53,12 +53,12 @@ def build(n_ops: int) -> tuple[torch.nn.Module, torch.nn.Module]:
     for i in range(n_ops):
         kind = pattern[i % len(pattern)]
         if kind == "linear":
-            ours.append(te.ops.BasicLinear(WIDTH, WIDTH))
+            ours.append(te.ops.BasicLinear(WIDTH, WIDTH, device="cpu"))  # a CPU benchmark, GPU or not
             theirs.append(torch.nn.Linear(WIDTH, WIDTH, bias=False))
             with torch.no_grad():
                 theirs[-1].weight.copy_(ours[-1].weight)
         elif kind == "bias":
-            ours.append(te.ops.Bias(WIDTH))
+            ours.append(te.ops.Bias(WIDTH, device="cpu"))
             theirs.append(BiasAdd(WIDTH))
             with torch.no_grad():
                 ours[-1].bias.normal_()

@@ -15,6 +15,8 @@ from .quantization import (
     Float8Tensor,
     MXFP8Quantizer,
     MXFP8Tensor,
+    NVFP4Quantizer,
+    NVFP4Tensor,
     QuantizedTensor,
     Quantizer,
     QuantizerRole,
@@ -25,6 +27,13 @@ from .quantization.state import (
     fp8_model_init,
     get_default_recipe,
     quantized_model_init,
+)
+from .quantization.support import (
+    is_bf16_available,
+    is_fp8_available,
+    is_fp8_block_scaling_available,
+    is_mxfp8_available,
+    is_nvfp4_available,
 )
 from .graphs import make_graphed_callables
 from .trace import trace
@@ -40,6 +49,8 @@ __all__ = [
     "Float8Tensor",
     "MXFP8Quantizer",
     "MXFP8Tensor",
+    "NVFP4Quantizer",
+    "NVFP4Tensor",
     "QuantizedTensor",
     "Quantizer",
     "QuantizerRole",
@@ -48,6 +59,11 @@ __all__ = [
     "fp8_autocast",
     "fp8_model_init",
     "get_default_recipe",
+    "is_bf16_available",
+    "is_fp8_available",
+    "is_fp8_block_scaling_available",
+    "is_mxfp8_available",
+    "is_nvfp4_available",
     "make_graphed_callables",
     "ops",
     "quantized_model_init",

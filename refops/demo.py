@@ -9,6 +9,7 @@ from typing import Any, Optional
 import torch
 
 from . import ops
+from .ops.placement import default_parameter_device
 from .quantization.state import autocast, quantized_model_init
 from .trace import trace
 
@@ -44,7 +45,7 @@ def run_demo(
 ) -> DemoResult:
     """Build the model (on meta unless told otherwise), make the optimizer, train ``steps`` steps."""
     torch.manual_seed(seed)
-    device = torch.get_default_device()
+    device = default_parameter_device()  # where the meta-built model materializes: the inputs go there too
     with trace() as construction, quantized_model_init(enabled=quantized_weights, recipe=recipe):
         model = build_demo_model("meta" if meta else device)
     ids_before = [id(p) for p in model.parameters()]

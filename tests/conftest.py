@@ -1,8 +1,21 @@
 import os
 
 import pytest
+import torch
 
 pytest_plugins = ["refops.testing.pytest_plugin"]
+
+
+def pytest_configure(config):
+    """Pin torch's default device to the CPU for the suite's own tests.
+
+    Many tests build ops without a ``device`` and feed CPU tensors. With no default set, refops places
+    such parameters on the current CUDA device when there is one (TE's rule, ``refops.ops.placement``),
+    so on a GPU machine those tests would meet CPU inputs with CUDA parameters. Setting the CPU
+    explicitly keeps the suite the same on every machine; the ``device`` fixture switches per test
+    (``--device cuda``), and the tests of the placement rule unset the default themselves.
+    """
+    torch.set_default_device("cpu")
 
 
 def pytest_collection_modifyitems(config, items):

@@ -30,7 +30,8 @@ def first_step_trace() -> te.trace:
     """The events of the first forward and backward of :func:`build_model` (seeded, on CPU)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        model = build_model()
+        with torch.device("cpu"):  # materialize on the CPU on any machine (a GPU's would be the default)
+            model = build_model()
         optimizer = torch.optim.SGD(model.parameters(), lr=0.1)  # holds the meta parameters
         x = torch.randn(4, 16, device="cpu")
         with te.trace() as t:

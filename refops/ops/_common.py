@@ -62,7 +62,8 @@ def check_tensor(
     if device is not None and tensor.device != device:
         raise ValueError(
             f"{op_name}: {what} is on {tensor.device} but the parameters are on {device}; "
-            "move one of them (meta-built ops materialize on torch.get_default_device())"
+            "move one of them (an op built without a device, or on meta, places its parameters on the device set "
+            "with torch.set_default_device, else the current CUDA device when there is one, else the CPU)"
         )
     if tensor.dtype != dtype and autocast_dtype(tensor.device) is None:
         raise TypeError(

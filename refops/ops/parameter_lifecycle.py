@@ -31,18 +31,11 @@ import torch
 
 from .. import trace
 from ..distributed.fsdp import is_dtensor, place_full_value_into_dtensor
+from .placement import canonicalize_device, default_parameter_device
 
 __all__ = ["ParameterLifecycle", "canonicalize_device", "canonicalize_dtype", "fill_parameter_in_place"]
 
 SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-
-
-def canonicalize_device(device: torch.device | str | int | None) -> torch.device:
-    """``None`` means torch's default device; an index-less ``cuda`` means the current CUDA device."""
-    device = torch.get_default_device() if device is None else torch.device(device)
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def canonicalize_dtype(dtype: torch.dtype | None, *, op_name: str) -> torch.dtype:
@@ -107,17 +100,18 @@ class ParameterLifecycle(torch.nn.Module):
 
     # ------------------------------------------------------------ construction
     def _remember_materialization_device(self, device: torch.device) -> None:
-        """Record where meta parameters will go: the construction device, or torch's default.
+        """Record where meta parameters will go: the construction device, or the default placement.
 
-        For ``device="meta"`` the target is torch's default device *at
-        construction*, unless that is meta too, in which case it is decided at
-        materialization time.
+        For ``device="meta"`` the target is :func:`~refops.ops.placement.default_parameter_device`
+        *at construction* (a default set with ``torch.set_default_device`` or ``with
+        torch.device(...)``, else the current CUDA device when there is one, else the CPU),
+        unless that is meta too, in which case it is decided at materialization time.
         """
         if device.type != "meta":
             self._materialization_device: torch.device | None = device
         else:
-            default = torch.get_default_device()
-            self._materialization_device = None if default.type == "meta" else canonicalize_device(default)
+            default = default_parameter_device()
+            self._materialization_device = None if default.type == "meta" else default
 
     def _initialize_or_defer(self, device: torch.device) -> None:
         """Construction's last step. Invariant: on meta nothing is allocated, elsewhere values are set."""
@@ -151,7 +145,7 @@ class ParameterLifecycle(torch.nn.Module):
         """Where this op's meta parameters will be allocated."""
         target = self._materialization_device
         if target is None:
-            target = torch.get_default_device()
+            target = default_parameter_device()
         if target.type == "meta":
             raise RuntimeError(
                 f"{type(self).__name__}: cannot materialize meta parameters because torch's default "
@@ -165,7 +159,7 @@ class ParameterLifecycle(torch.nn.Module):
         for p in self._parameters.values():
             if p is not None:
                 return self.materialization_device() if p.is_meta else p.device
-        return torch.get_default_device()
+        return default_parameter_device()
 
     def has_meta_parameters(self) -> bool:
         return any(p is not None and p.is_meta for p in self._parameters.values())

@@ -9,6 +9,8 @@ module holds its tensor subclass and quantizer(s):
 * :mod:`.float8_block`: ``Float8BlockQuantizer`` -> ``Float8BlockwiseQTensor``;
 * :mod:`.nvfp4`: ``NVFP4Quantizer`` -> ``NVFP4Tensor``.
 
+:mod:`.support` answers TE's ``check_*_support`` queries (every recipe runs here).
+
 The arithmetic lives behind the kernel seam (``refops.kernels``).
 """
 
@@ -19,6 +21,13 @@ from .mxfp8 import MXFP8Quantizer, MXFP8Tensor
 from .nvfp4 import NVFP4Quantizer, NVFP4Tensor
 from .quantized_tensor import QuantizedTensor
 from .quantizer import DType, Quantizer, QuantizerRole
+from .support import (
+    check_fp8_block_scaling_support,
+    check_fp8_support,
+    check_mxfp8_support,
+    check_nvfp4_support,
+    check_recipe_support,
+)
 
 __all__ = [
     "QuantizedTensor",
@@ -34,4 +43,9 @@ __all__ = [
     "Float8BlockwiseQTensor",
     "NVFP4Quantizer",
     "NVFP4Tensor",
+    "check_fp8_support",
+    "check_mxfp8_support",
+    "check_nvfp4_support",
+    "check_fp8_block_scaling_support",
+    "check_recipe_support",
 ]

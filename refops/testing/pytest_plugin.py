@@ -12,6 +12,8 @@ import random
 import pytest
 import torch
 
+from ..ops.placement import explicit_default_device
+
 __all__ = ["pytest_addoption", "device", "reset_rng", "oracle", "quantizer_checker", "Oracle"]
 
 SEED = 1234
@@ -39,7 +41,9 @@ def device(request: pytest.FixtureRequest) -> torch.device:
     dev = torch.device(request.config.getoption("--device"))
     if dev.type == "cuda" and dev.index is None:
         dev = torch.device("cuda", torch.cuda.current_device())
-    previous = torch.get_default_device()
+    # Restore exactly what was there: "no default set" must not become "set to cpu", since an op
+    # built without a device goes to CUDA in the first case and to the CPU in the second.
+    previous = explicit_default_device()
     torch.set_default_device(dev)
     try:
         yield dev

@@ -102,3 +102,80 @@ def test_custom_fused_op_runs_basic_linear_backward_without_input_shape(linear_s
     assert x.grad.shape == x.shape
     torch.testing.assert_close(x.grad, x_ref.grad.float(), rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(model[0].weight.grad, w_ref.grad.float(), rtol=1e-5, atol=1e-6)
+
+
+# ------------------------------------------------- the names TE users reach for first (issue #29)
+_AVAILABILITY_QUERIES = (
+    "is_fp8_available",
+    "is_mxfp8_available",
+    "is_fp8_block_scaling_available",
+    "is_nvfp4_available",
+    "is_bf16_available",
+)
+
+
+@pytest.mark.parametrize("name", _AVAILABILITY_QUERIES)
+def test_availability_queries_follow_te_return_conventions(name):
+    """TE's tests open with ``te.is_fp8_available(return_reason=True)``; refops runs every recipe, so: yes."""
+    query = getattr(te, name)
+    assert name in te.__all__
+    assert query() is True
+    assert query(return_reason=False) is True
+    assert query(return_reason=True) == (True, "")
+    assert query(True) == (True, "")  # TE's parameter is positional too
+
+
+@pytest.mark.parametrize(
+    "name", ["check_fp8_support", "check_mxfp8_support", "check_nvfp4_support", "check_fp8_block_scaling_support"]
+)
+def test_check_support_functions_live_where_te_keeps_them(name):
+    """TE: ``transformer_engine.pytorch.quantization.check_*_support() -> (bool, reason)``."""
+    check = getattr(importlib.import_module("refops.quantization"), name)
+    assert check() == (True, "")
+
+
+def test_check_recipe_support_accepts_every_recipe_and_refuses_a_non_recipe():
+    from refops.quantization import check_recipe_support
+
+    for recipe in (
+        refops.recipe.DelayedScaling(),
+        refops.recipe.Float8CurrentScaling(),
+        refops.recipe.MXFP8BlockScaling(),
+        refops.recipe.Float8BlockScaling(),
+        refops.recipe.NVFP4BlockScaling(),
+    ):
+        assert check_recipe_support(recipe) is None
+    with pytest.raises(TypeError, match="check_recipe_support: expected a refops.recipe.Recipe, got str"):
+        check_recipe_support("mxfp8")
+
+
+def test_the_recipes_availability_admits_run_here_on_the_cpu():
+    """What ``True`` promises: each recipe runs a Linear forward and backward on this (CPU) machine."""
+    recipes = {
+        "is_fp8_available": refops.recipe.Float8CurrentScaling(),
+        "is_mxfp8_available": refops.recipe.MXFP8BlockScaling(),
+        "is_fp8_block_scaling_available": refops.recipe.Float8BlockScaling(),
+        "is_nvfp4_available": refops.recipe.NVFP4BlockScaling(),
+    }
+    for name, recipe in recipes.items():
+        assert getattr(te, name)()
+        model = te.ops.Linear(128, 128, device="cpu", dtype=torch.bfloat16)
+        x = torch.randn(128, 128, dtype=torch.bfloat16, requires_grad=True)
+        with te.autocast(recipe=recipe):
+            y = model(x)
+        y.float().sum().backward()
+        assert torch.isfinite(y.float()).all() and x.grad is not None, name
+
+
+def test_nvfp4_quantizer_and_tensor_are_top_level_names():
+    """``from transformer_engine.pytorch import NVFP4Quantizer`` (TE's test_fusible_ops.py does it)."""
+    from refops import NVFP4Quantizer, NVFP4Tensor
+    from refops.quantization import DType
+
+    assert {"NVFP4Quantizer", "NVFP4Tensor"} <= set(te.__all__)
+    assert NVFP4Quantizer is te.quantization.NVFP4Quantizer
+    q = NVFP4Quantizer(DType.kFloat4E2M1, rowwise=True, columnwise=False)
+    x = torch.randn(16, 32, dtype=torch.bfloat16)
+    qx = q(x)
+    assert isinstance(qx, NVFP4Tensor)
+    assert qx.dequantize(dtype=torch.float32).shape == x.shape

@@ -105,6 +105,8 @@ class Bias(BasicOperation):
         recipe = get_autocast_recipe()
         if recipe is not None and recipe.backward_override is not None:
             return None
+        if prev_op_grad_output_quantizer is not None and not _produces_data(prev_op_grad_output_quantizer):
+            return None  # its owner runs no backward (frozen, input without grad): nothing to quantize for it
         return prev_op_grad_output_quantizer
 
     def op_backward(

@@ -15,7 +15,7 @@ with the functions here, on top of :mod:`refops.quantization.row_layout`:
 
 A shard that cannot be kept quantized (uneven sharding, shard rows not a multiple of the scaling
 block) is an error at the first forward, never a silent dequantization; so are shards whose
-whole-tensor scales disagree (delayed scaling without amax reduction over the data-parallel group),
+whole-tensor scales disagree (delayed scaling with ``reduce_amax=False``, or reduced over another group),
 checked at every gather.
 """
 
@@ -85,8 +85,9 @@ def _agreed(kw: str, gathered: torch.Tensor, what: str) -> torch.Tensor:
     if not all(torch.equal(row, gathered[0]) for row in gathered[1:]):
         raise RuntimeError(
             f"{what}: the shards carry different {kw} ({[row.tolist() for row in gathered]}), so they cannot be "
-            "gathered into one weight. Under delayed scaling, give autocast the data-parallel group "
-            "(te.autocast(recipe=..., amax_reduction_group=group)) so that every rank's scales update alike"
+            "gathered into one weight. Under delayed scaling, keep the recipe's reduce_amax=True and give autocast "
+            "the data-parallel group (te.autocast(recipe=..., amax_reduction_group=group); None is the world "
+            "group) so that every rank's scales update alike"
         )
     return gathered[0].clone()
 

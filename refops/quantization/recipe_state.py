@@ -124,8 +124,9 @@ class DelayedScalingRecipeState(RecipeState):
     def update_scales(self, reduction_group: Any = None) -> None:
         """One delayed-scaling update (``recipes-numerics.md`` §5), in place.
 
-        Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over the group when
-        the recipe asks): if ``a0 != 0`` the history becomes
+        Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over ``reduction_group`` when the
+        recipe's ``reduce_amax`` asks and a process group of more than one rank exists; None is the
+        default (world) group, as in TE, so ranks of one data-parallel model keep equal scales): if ``a0 != 0`` the history becomes
         ``[0, old[2], ..., old[L-1], a0]`` and ``amax = max(old[1:], a0)`` ("max") or
         ``a0`` ("most_recent"); a slot with ``a0 == 0`` was not used and is left
         alone. "max" skips NaN entries as TE's kernel does (``fmaxf``): a NaN amax
@@ -137,7 +138,7 @@ class DelayedScalingRecipeState(RecipeState):
         recipe: DelayedScaling = self.recipe
         history = self.amax_history
         a0 = history[0].clone()
-        if recipe.reduce_amax and reduction_group is not None and torch.distributed.is_initialized():
+        if recipe.reduce_amax and _group_size(reduction_group) > 1:
             torch.distributed.all_reduce(a0, op=torch.distributed.ReduceOp.MAX, group=reduction_group)
         if callable(recipe.amax_compute_algo) or recipe.scaling_factor_compute_algo is not None:
             self._update_unfused(a0)
@@ -191,6 +192,14 @@ class DelayedScalingRecipeState(RecipeState):
             self.amax_history = torch.zeros_like(state["amax_history"], device=self.device)
         self.scale.copy_(state["scale"])
         self.amax_history.copy_(state["amax_history"])
+
+
+def _group_size(group: Any) -> int:
+    """Ranks in ``group`` (None: the default group); 1 without an initialized process group."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size(group)
 
 
 def _nan_skipping_max(rows: torch.Tensor) -> torch.Tensor:

@@ -119,6 +119,9 @@ class Float8BlockQuantizer(Quantizer):
         self.block_scaling_dim = block_scaling_dim
 
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+        if tensor.dim() == 0:
+            raise ValueError(f"{type(self).__name__}: FP8 block scaling needs a tensor of at least 1 dim (its blocks "
+                             "run along the last dim), got a 0-D tensor")
         row_data, row_scale, col_data, col_scale = current_backend().quantize_float8_block(
             tensor,
             fp8_dtype=torch_fp8_dtype(self.dtype),

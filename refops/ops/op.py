@@ -246,7 +246,8 @@ class BasicOperation(QuantizedCheckpoint, QuantizationHooks, ParameterLifecycle,
         return encode_extra_state(self._extra_state_dict())
 
     def set_extra_state(self, state: Any) -> None:
-        """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; a non-tensor means no state."""
+        """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; None (or DCP's placeholder for a
+        missing key) means no state, any other non-tensor is a ``TypeError`` naming the op."""
         load_extra_state(self, state)
 
 

@@ -22,7 +22,7 @@ from typing import Any, Optional
 import torch
 
 from ..quantization.quantized_tensor import QuantizedTensor
-from .extra_state import _MAGIC, decode_extra_state, encode_extra_state
+from .extra_state import _MAGIC, decode_extra_state, encode_extra_state, extra_state_type_error
 from .parameter_lifecycle import fill_parameter_in_place
 
 __all__ = [
@@ -212,6 +212,13 @@ class QuantizedCheckpoint(torch.nn.Module):
         def where(n: str) -> str:
             return f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}'"
 
+        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
+        problem = extra_state_type_error(state_dict[extra_key]) if extra_key in state_dict else None
+        if problem is not None:  # never dropped without a word
+            error_msgs.append(f"{type(self).__name__} ({prefix or 'top level'}): '{extra_key}': {problem}; nothing "
+                              "of this op was loaded")
+            return
+
         try:
             decoded = {
                 n: decode_checkpoint_entry(state_dict[prefix + n], where=where(n),
@@ -231,7 +238,6 @@ class QuantizedCheckpoint(torch.nn.Module):
         if problems:
             error_msgs.extend(f"{msg}; nothing of this op was loaded" for msg in problems)
             return
-        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
         assign = local_metadata.get("assign_to_params_buffers", False)

@@ -53,7 +53,8 @@ class Bias(BasicOperation):
         super().__init__()
         name = type(self).__name__
         size = check_size(name, "size", size)
-        world = get_group_size(tensor_parallel_group) if tensor_parallel else 1
+        group_size = get_group_size(tensor_parallel_group, owner=f"{name}: tensor_parallel_group")
+        world = group_size if tensor_parallel else 1
         if size % world:
             raise ValueError(
                 f"{name}: tensor parallelism shards size={size}, which is not divisible by the tensor-parallel "

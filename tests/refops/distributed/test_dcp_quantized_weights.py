@@ -218,3 +218,26 @@ def test_full_state_dicts_of_quantized_weights_round_trip(results, name):
     assert weights.keys() == out["unsharded"].keys()
     for weight, arrays in out["unsharded"].items():
         assert _mismatches(arrays, weights[weight]) == [], weight
+
+
+def _load_another_recipe(rank, world_size):
+    """An MXFP8 model's sharded state dict into an FP8 current-scaling model: refused, nothing of the op loaded."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+    source, _ = _build("mxfp8", world_size, C.SEED)
+    target, _ = _build("fp8_current_scaling", world_size, C.SEED + 1)
+    before = target[1].basic_ops[0].weight.to_local().dequantize().clone()
+    try:
+        set_model_state_dict(target, get_model_state_dict(source))
+    except RuntimeError as error:
+        message = str(error)
+    else:
+        message = "no error"
+    return message, torch.equal(target[1].basic_ops[0].weight.to_local().dequantize(), before)
+
+
+def test_a_sharded_checkpoint_of_another_recipe_is_refused_naming_the_op(cpu_ranks):
+    for message, unchanged in cpu_ranks(_load_another_recipe, timeout=120):
+        assert "BasicLinear (1.basic_ops.0.): parameter 'weight': the checkpoint's row blocks have shape" in message, \
+            message
+        assert "nothing of this op was loaded" in message and unchanged

@@ -221,3 +221,6 @@ def test_quantizers_without_a_shape_rule_are_quantizable():
     assert not MXFP8Quantizer(E4M3).is_quantizable(torch.empty(16, 32))
     assert not NVFP4Quantizer(row_scaled_nvfp4=True).is_quantizable(torch.empty(32, 32))
     assert NVFP4Quantizer().is_quantizable(torch.empty(32, 32))
+    block = Float8BlockQuantizer(E4M3, rowwise=True, columnwise=True)
+    assert block.is_quantizable(torch.empty(2, 64, 128)) and not block.is_quantizable(torch.empty(64, 128))
+    assert not block.is_quantizable(torch.empty(128))

@@ -16,6 +16,7 @@ versions work and newer ones do not warn.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -26,6 +27,8 @@ from ..quantization.quantizer import Quantizer
 
 __all__ = [
     "all_reduce",
+    "check_process_group",
+    "check_same_shape_across_ranks",
     "gather_along_first_dim",
     "get_group_size",
     "reduce_scatter_along_first_dim",
@@ -35,11 +38,65 @@ _all_gather_into = getattr(dist, "all_gather_single", None) or dist.all_gather_i
 _reduce_scatter_into = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def get_group_size(group: Any = None) -> int:
-    """Ranks in ``group`` (the default group for None); 1 when ``torch.distributed`` is not initialized."""
+def check_process_group(group: Any, *, owner: str = "refops") -> None:
+    """Raise a ``TypeError`` naming ``owner`` unless ``group`` is None (the default group) or a ``ProcessGroup``.
+
+    Checked whether or not a process group is initialized, so a wrong argument (the string ``"WORLD"``, a
+    rank list, a ``DeviceMesh``) is caught where it is given, not deep inside a collective later.
+    """
+    if group is None or (dist.is_available() and isinstance(group, dist.ProcessGroup)):
+        return
+    hint = " (pass torch.distributed.group.WORLD or None for the default group)" if isinstance(group, str) else ""
+    if type(group).__name__ == "DeviceMesh":
+        hint = " (pass mesh.get_group() for a DeviceMesh)"
+    raise TypeError(
+        f"{owner}: expected a torch.distributed ProcessGroup or None (the default group), got "
+        f"{type(group).__name__} {group!r}{hint}"
+    )
+
+
+def get_group_size(group: Any = None, *, owner: str = "refops") -> int:
+    """Ranks in ``group`` (the default group for None); 1 when ``torch.distributed`` is not initialized.
+
+    ``owner`` (e.g. ``"BasicLinear: tensor_parallel_group"``) names the argument in the error for a
+    ``group`` that is not a process group (:func:`check_process_group`).
+    """
+    check_process_group(group, owner=owner)
     if not (dist.is_available() and dist.is_initialized()):
         return 1
     return dist.get_world_size(group)
+
+
+#: Dims a shape descriptor holds; a tensor with more folds the rest into the last entry.
+_SHAPE_SLOTS = 8
+
+
+def check_same_shape_across_ranks(tensor: torch.Tensor, group: Any = None, *, what: str) -> None:
+    """Raise ``ValueError`` on every rank, naming ``what`` and each rank's shape, unless all ranks of ``group``
+    pass ``tensor``s of one shape.
+
+    The collectives need equal shapes; without this check a mismatch fails inside the backend (gloo,
+    NCCL) with an error that names neither the tensor nor the shapes, or hangs. One small all-gather
+    of each rank's shape (every rank of the group must call it, in the same order as the collective).
+    """
+    world = get_group_size(group)
+    if world == 1:
+        return
+    shape = list(tensor.shape)
+    head, rest = shape[: _SHAPE_SLOTS - 1], shape[_SHAPE_SLOTS - 1 :]
+    slots = head + [-1] * (_SHAPE_SLOTS - 1 - len(head)) + [math.prod(rest) if rest else -1]
+    descriptor = torch.tensor([len(shape), *slots], dtype=torch.int64, device=tensor.device)
+    everyone = torch.empty(world * descriptor.numel(), dtype=torch.int64, device=tensor.device)
+    _all_gather_into(everyone, descriptor, group=group)
+    rows = everyone.reshape(world, -1)
+    if bool((rows == rows[:1]).all()):
+        return
+    described = []
+    for rank, row in enumerate(rows.tolist()):
+        ndim, dims = row[0], row[1:]
+        dims = dims[:ndim] if ndim < _SHAPE_SLOTS else dims[: _SHAPE_SLOTS - 1] + [f"... ({dims[-1]} more elements)"]
+        described.append(f"rank {rank}: {tuple(dims)}")
+    raise ValueError(f"{what}: every rank of the group must pass the same shape, got {', '.join(described)}")
 
 
 def all_gather_rows(tensor: torch.Tensor, group: Any) -> torch.Tensor:

@@ -11,7 +11,9 @@ then kills what is left, so a hung collective fails the caller instead of hangin
 from __future__ import annotations
 
 import datetime
+import math
 import multiprocessing
+import numbers
 import os
 import pickle
 import time
@@ -62,6 +64,24 @@ def _rank_main(fn: Callable[..., Any], rank: int, world_size: int, backend: str,
     conn.close()
 
 
+def _check_arguments(fn: Any, world_size: Any, backend: Any, timeout: Any) -> None:
+    """Every argument of :func:`run_on_ranks` checked before a process or a store exists, each error naming
+    the argument and what was expected (a wrong type would otherwise fail inside torch's TCPStore)."""
+    if not callable(fn):
+        raise TypeError(f"run_on_ranks: fn must be a callable fn(rank, world_size, *args), got {type(fn).__name__}")
+    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral):
+        raise TypeError(f"run_on_ranks: world_size must be an int (the number of ranks, >= 1), got "
+                        f"{type(world_size).__name__} {world_size!r}")
+    if world_size < 1:
+        raise ValueError(f"run_on_ranks: world_size must be >= 1 (the number of ranks), got {world_size}")
+    if backend is not None and backend not in ("gloo", "nccl"):
+        raise ValueError(f"run_on_ranks: backend must be 'gloo', 'nccl' or None (gloo), got {backend!r}")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+        raise TypeError(f"run_on_ranks: timeout must be a number of seconds, got {type(timeout).__name__} {timeout!r}")
+    if not math.isfinite(timeout) or timeout <= 0:
+        raise ValueError(f"run_on_ranks: timeout must be a finite number of seconds > 0, got {timeout!r}")
+
+
 def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, backend: Optional[str] = None,
                  timeout: float = 120.0) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; return each rank's result, in rank order.
@@ -69,13 +89,11 @@ def run_on_ranks(fn: Callable[..., Any], world_size: int = 2, *args: Any, backen
     ``backend``: ``"gloo"`` (default without CUDA) or ``"nccl"``. The start method is fork for gloo and
     spawn for NCCL; ``REFOPS_DIST_START=spawn`` forces spawn (``fn`` and ``args`` must then be picklable).
     Raises :class:`RankFailure` naming every rank that failed, with its traceback, or that did not finish
-    within ``timeout`` seconds.
+    within ``timeout`` seconds; a bad argument (``world_size="2"``, a backend name, a timeout that is
+    not a positive number) is a ``TypeError``/``ValueError`` naming it before any process starts.
     """
-    if world_size < 1:
-        raise ValueError(f"run_on_ranks: world_size must be >= 1 (got {world_size})")
-    backend = backend or "gloo"
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"run_on_ranks: backend must be 'gloo' or 'nccl' (got {backend!r})")
+    _check_arguments(fn, world_size, backend, timeout)
+    world_size, timeout, backend = int(world_size), float(timeout), backend or "gloo"
     if dist.is_initialized():
         raise RuntimeError("run_on_ranks: call it from a process without a default process group")
     method = os.environ.get(START_METHOD_ENV) or ("spawn" if backend == "nccl" else "fork")

@@ -10,12 +10,14 @@ as safe to load as a tensor. An empty state is an empty tensor, as in TE.
 
 from __future__ import annotations
 
+import io
 import json
+import sys
 from typing import Any
 
 import torch
 
-__all__ = ["encode_extra_state", "decode_extra_state", "load_extra_state"]
+__all__ = ["encode_extra_state", "decode_extra_state", "load_extra_state", "extra_state_type_error"]
 
 _MAGIC = b"REFOPS\x01\x00"
 _DTYPES = {
@@ -75,14 +77,37 @@ def encode_extra_state(state: dict[str, Any]) -> torch.Tensor:
     return torch.frombuffer(bytearray(payload), dtype=torch.uint8).clone()
 
 
+def _is_dcp_placeholder(data: Any) -> bool:
+    """Whether ``data`` is the object ``set_model_state_dict`` passes for an ``_extra_state`` key missing from
+    the loaded dict (``torch.distributed.checkpoint.state_dict._EXTRA_STATE``; only looked up if loaded)."""
+    module = sys.modules.get("torch.distributed.checkpoint.state_dict")
+    placeholder = getattr(module, "_EXTRA_STATE", None) if module is not None else None
+    return placeholder is not None and isinstance(data, placeholder)
+
+
+def extra_state_type_error(data: Any) -> str | None:
+    """Why ``data`` cannot be an op's extra state at all (None: it can, or it means "no state")."""
+    if data is None or _is_dcp_placeholder(data) or isinstance(data, torch.Tensor):
+        return None
+    hint = " (TE's older pickled format, which refops refuses: loading it would run code)" if isinstance(
+        data, io.BytesIO) else ""
+    return (f"extra state must be a uint8 tensor written by refops (or None for no state), got a "
+            f"{type(data).__module__}.{type(data).__qualname__}{hint}")
+
+
 def decode_extra_state(data: Any, *, owner: str = "extra state") -> dict[str, Any]:
     """Inverse of :func:`encode_extra_state`.
 
-    "No state" (``{}``) is an empty tensor or anything that is not a tensor: ``None``, or the
-    placeholder object that ``torch.distributed.checkpoint``'s ``set_model_state_dict`` passes for
-    an ``_extra_state`` key missing from the loaded dict. A tensor that is not refops extra state
-    (wrong dtype, bad magic, a truncated or corrupted payload) is an error naming ``owner``.
+    "No state" (``{}``) is an empty tensor, ``None``, or the placeholder object that
+    ``torch.distributed.checkpoint``'s ``set_model_state_dict`` passes for an ``_extra_state`` key
+    missing from the loaded dict. Anything else that is not a tensor (an ``io.BytesIO`` of TE's
+    pickled format, a dict) is a ``TypeError`` naming ``owner``: dropping it would lose the state
+    without a word. A tensor that is not refops extra state (wrong dtype, bad magic, a truncated or
+    corrupted payload) is an error naming ``owner``.
     """
+    problem = extra_state_type_error(data)
+    if problem is not None:
+        raise TypeError(f"{owner}: {problem}")
     if not isinstance(data, torch.Tensor) or data.numel() == 0:
         return {}
     if data.dtype != torch.uint8:

@@ -80,7 +80,10 @@ def _run_forward_ops(
                 for s, source in enumerate(routing.extra_input_sources[i]):
                     if source is not None and source[0] not in covered:
                         extra_in[i][s] = extra_out[source[0]][source[1]]
-        prev_q = step.prev_op.get_grad_output_quantizer() if step.prev_op is not None else None
+        # The grad-input goes to the previous op only if that op runs backward: one that needs neither
+        # dgrad nor wgrad (frozen, its input without grad) gets no quantizer, so nothing is quantized for it.
+        prev_runs_backward = step.prev_op is not None and idxs[0] - 1 >= first
+        prev_q = step.prev_op.get_grad_output_quantizer() if prev_runs_backward else None
         next_q = step.next_op.get_input_quantizer() if step.next_op is not None else None
         x, outputs = op.fuser_forward(
             op_ctxs,

@@ -242,11 +242,15 @@ class BasicOperation(QuantizedCheckpoint, QuantizationHooks, ParameterLifecycle,
         self._load_recipe_extra_state(state)
 
     def get_extra_state(self) -> torch.Tensor:
-        """Recipe state as one uint8 tensor, never pickled (see :mod:`refops.ops.extra_state`)."""
-        return encode_extra_state(self._extra_state_dict())
+        """Recipe state as one uint8 tensor, never pickled (see :mod:`refops.ops.extra_state`); the same on every
+        rank for an FSDP2-sharded op (:func:`refops.distributed.sharded_checkpoint.agreed_recipe_state`)."""
+        from ..distributed.sharded_checkpoint import agreed_recipe_state
+
+        return encode_extra_state(agreed_recipe_state(self, self._extra_state_dict()))
 
     def set_extra_state(self, state: Any) -> None:
-        """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; a non-tensor means no state."""
+        """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; None (or DCP's placeholder for a
+        missing key) means no state, any other non-tensor is a ``TypeError`` naming the op."""
         load_extra_state(self, state)
 
 

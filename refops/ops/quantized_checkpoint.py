@@ -3,7 +3,10 @@
 ``state_dict()`` stores a ``QuantizedTensor`` parameter as the encoding of its
 plain tensors (data, scales, quantizer state) and metadata (see
 :mod:`refops.ops.extra_state`), so checkpoints load with
-``torch.load(weights_only=True)`` and rebuild every byte. Loading places the
+``torch.load(weights_only=True)`` and rebuild every byte. An FSDP2-sharded one
+(a DTensor around a ``QuantizedTensor``) is stored as a DTensor of row blocks,
+which ``torch.distributed.checkpoint`` saves, gathers and reshards as any plain
+tensor (:mod:`refops.distributed.sharded_checkpoint`). Loading places the
 rebuilt tensor into the existing parameter object (or assigns it with
 ``assign=True``).
 
@@ -22,7 +25,7 @@ from typing import Any, Optional
 import torch
 
 from ..quantization.quantized_tensor import QuantizedTensor
-from .extra_state import _MAGIC, decode_extra_state, encode_extra_state
+from .extra_state import _MAGIC, decode_extra_state, encode_extra_state, extra_state_type_error
 from .parameter_lifecycle import fill_parameter_in_place
 
 __all__ = [
@@ -174,11 +177,26 @@ def dequantize_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
     The explicit conversion for loading a quantized checkpoint into a plain model
     (or into one quantized with another recipe, which re-quantizes on load).
     """
+    from ..quantization.row_blocks import is_row_blocks
+
     out = {}
     for key, value in state_dict.items():
+        if is_row_blocks(value):
+            raise ValueError(
+                f"dequantize_state_dict: state_dict[{key!r}] holds a quantized weight as row blocks (a full state dict "
+                "of an FSDP2-sharded model), which carry no format of their own: load the state dict into a model "
+                "built under quantized_model_init with the same recipe, then dequantize that model's state_dict()"
+            )
         decoded = decode_checkpoint_entry(value, where=f"state_dict[{key!r}]", device=torch.device("cpu"))
         out[key] = value if decoded is None else decoded.dequantize().detach()
     return out
+
+
+def _sharded_quantized(param: Any) -> bool:
+    """An FSDP2-sharded quantized weight (a DTensor around a QuantizedTensor); cheap when DTensor was never loaded."""
+    from ..distributed.fsdp import is_dtensor
+
+    return is_dtensor(param) and isinstance(param._local_tensor, QuantizedTensor)
 
 
 class QuantizedCheckpoint(torch.nn.Module):
@@ -186,13 +204,21 @@ class QuantizedCheckpoint(torch.nn.Module):
     all-or-nothing, type-preserving ``load_state_dict`` (see the module docstring)."""
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact)."""
+        """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact); FSDP2-sharded ones as
+        a DTensor of row blocks, sharded as the weight is (:mod:`refops.distributed.sharded_checkpoint`)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if keep_vars:
             return
         for name, param in self._parameters.items():
             if isinstance(param, QuantizedTensor):
                 destination[prefix + name] = encode_quantized_parameter(param)
+            elif _sharded_quantized(param):
+                from ..distributed.sharded_checkpoint import sharded_row_blocks
+
+                destination[prefix + name] = sharded_row_blocks(param, what=self._where(prefix, name))
+
+    def _where(self, prefix: str, name: str) -> str:
+        return f"{type(self).__name__} ({prefix or 'top level'}): parameter '{name}'"
 
     def _load_from_state_dict(
         self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
@@ -208,16 +234,24 @@ class QuantizedCheckpoint(torch.nn.Module):
         stores its weights quantized) instead of silently staying on meta.
         """
         own = {n: p for n, p in self._parameters.items() if p is not None and prefix + n in state_dict}
+        sharded = {n: p for n, p in own.items() if _sharded_quantized(p)}
+        own = {n: p for n, p in own.items() if n not in sharded}
 
         def where(n: str) -> str:
-            return f"{type(self).__name__} ({prefix or 'top level'}): parameter '{n}'"
+            return self._where(prefix, n)
+
+        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
+        problem = extra_state_type_error(state_dict[extra_key]) if extra_key in state_dict else None
+        if problem is not None:  # never dropped without a word
+            error_msgs.append(f"{type(self).__name__} ({prefix or 'top level'}): '{extra_key}': {problem}; nothing "
+                              "of this op was loaded")
+            return
 
         try:
             decoded = {
-                n: decode_checkpoint_entry(state_dict[prefix + n], where=where(n),
-                                           device=self._checkpoint_target_device(p))
-                for n, p in own.items()
+                n: self._decode_entry(n, p, state_dict[prefix + n], where(n)) for n, p in own.items()
             }
+            shards = {n: self._decode_sharded_entry(n, p, state_dict[prefix + n], where(n)) for n, p in sharded.items()}
         except ValueError as error:
             error_msgs.append(f"{error}; nothing of this op was loaded")
             return
@@ -231,9 +265,12 @@ class QuantizedCheckpoint(torch.nn.Module):
         if problems:
             error_msgs.extend(f"{msg}; nothing of this op was loaded" for msg in problems)
             return
-        extra_key = prefix + torch.nn.modules.module._EXTRA_STATE_KEY_SUFFIX
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])
+        with torch.no_grad():
+            for name, shard in shards.items():  # bytes and scales into the same local tensor, in place
+                self._parameters[name]._local_tensor.copy_(shard)
+                del state_dict[prefix + name]
         assign = local_metadata.get("assign_to_params_buffers", False)
         plain_into_quantized = {
             n: state_dict[prefix + n] for n in own
@@ -254,9 +291,52 @@ class QuantizedCheckpoint(torch.nn.Module):
         super()._load_from_state_dict(
             state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
         )
-        for name in quantized:
+        for name in (*quantized, *shards):
             if prefix + name in missing_keys:
                 missing_keys.remove(prefix + name)
+
+    def _decode_entry(self, name: str, param: torch.Tensor, value: Any, where: str) -> Optional[QuantizedTensor]:
+        """The quantized tensor checkpoint entry ``value`` holds for plain-or-quantized parameter ``name`` (None:
+        a plain entry). Besides the single-process encoding, row blocks (a full state dict gathered from an
+        FSDP2-sharded model) decode into the way the parameter is stored."""
+        from ..quantization.row_blocks import decode_row_blocks, is_row_blocks
+
+        device = self._checkpoint_target_device(param)
+        if not is_row_blocks(value):
+            return decode_checkpoint_entry(value, where=where, device=device)
+        template = param if isinstance(param, QuantizedTensor) else None
+        expected = expected_weight_quantizer(self, name)
+        if template is None and expected is not None:
+            template = expected.make_empty(param.shape, dtype=param.dtype, device=device)
+        if template is None:
+            raise ValueError(
+                f"{where} is a plain parameter but the checkpoint holds a quantized weight as row blocks (saved from "
+                "an FSDP2-sharded model built under quantized_model_init); build the model under quantized_model_init "
+                "with the same recipe"
+            )
+        return decode_row_blocks(template, value.to(device), rows=param.shape[0], what=where)
+
+    def _decode_sharded_entry(self, name: str, param: Any, value: Any, where: str) -> QuantizedTensor:
+        """This rank's shard of FSDP2-sharded quantized weight ``name`` from ``value``, stored exactly as the local
+        shard is (checked: bytes are copied, never re-quantized)."""
+        from ..distributed.sharded_checkpoint import decode_sharded_entry
+        from ..quantization._dispatch import _same_encoding
+
+        def decode_encoded(full: torch.Tensor) -> Optional[QuantizedTensor]:
+            whole = decode_checkpoint_entry(full, where=where, device=param._local_tensor.device)
+            problem = None if whole is None else quantized_entry_error(self, name, whole, where)
+            if problem is not None:
+                raise ValueError(problem)
+            return whole
+
+        shard = decode_sharded_entry(param, value, what=where, decode_encoded=decode_encoded)
+        if not _same_encoding(param._local_tensor, shard):
+            raise ValueError(
+                f"{where}: the checkpoint's {type(shard).__name__} shard of shape {tuple(shard.shape)} is not stored as "
+                f"this rank's {type(param._local_tensor).__name__} shard of shape {tuple(param._local_tensor.shape)} "
+                "(usages or format differ); its bytes cannot be copied, and re-quantizing would change them"
+            )
+        return shard
 
     def _checkpoint_target_device(self, param: torch.Tensor) -> torch.device:
         return self.materialization_device() if param.is_meta else param.device

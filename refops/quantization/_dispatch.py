@@ -11,9 +11,12 @@
 * ``_to_copy`` (``.to(device)``, ``.to(dtype)``, ``.half()``, ``.float()``, ``.cpu()``):
   stays quantized with the new nominal dtype (fp32/fp16/bf16) and/or device;
 * ``empty_like``: same class, uninitialized arrays;
-* the cuts FSDP2 shards with: ``split``/``chunk`` along dim 0 (each piece quantized, else an error),
-  a dim-0 ``slice``/``narrow`` on scaling-block bounds, ``new_zeros`` with only the row count changed,
-  and the identity ``as_strided`` keep the scheme (:mod:`refops.quantization.row_layout`);
+* ``split``/``chunk`` give exact pieces, as in TE: quantized for per-tensor FP8 (any dim) and for dim-0
+  cuts on scaling-block bounds (how FSDP2 shards a parameter), else pieces of the dequantized values;
+* the other cuts FSDP2 makes: a dim-0 ``slice``/``narrow`` on scaling-block bounds, ``new_zeros`` with only
+  the row count changed (a row count that splits a scaling block is refused: FSDP2 would re-quantize a
+  dequantized shard into it), and the identity ``as_strided`` keep the scheme
+  (:mod:`refops.quantization.row_layout`);
 * any other op runs on the dequantized values; an op that writes into a quantized
   argument (``add_``, ``mul_``, ``zero_``, ...) re-quantizes the result into it in
   place, like an optimizer step.
@@ -117,24 +120,61 @@ def _rows_or_none(tensor: QuantizedTensor, start: int, stop: int) -> Any:
     return rows(tensor, start, stop)
 
 
-def _split(tensor: QuantizedTensor, split_size: Any, dim: int = 0) -> list[torch.Tensor]:
-    """``split``/``chunk`` along dim 0 (how FSDP2 shards a parameter): every piece stays quantized, or an error."""
-    from .row_layout import rows
-
-    n = tensor.shape[0] if tensor.dim() else 0
-    if dim % max(tensor.dim(), 1) != 0:
-        raise NotImplementedError(
-            f"{type(tensor).__name__}: split along dim {dim} would dequantize it; only dim 0 is supported "
-            "(FSDP2's default Shard(0))"
-        )
-    sizes = list(split_size) if isinstance(split_size, (list, tuple)) else [
-        min(split_size, n - start) for start in range(0, n, split_size)] or [0]
-    pieces, start = [], 0
+def _split_bounds(n: int, split_size: Any) -> list[tuple[int, int]]:
+    """``[start, stop)`` of each piece ``torch.split(t, split_size)`` makes along a dim of size ``n``."""
+    if isinstance(split_size, (list, tuple)):
+        sizes = list(split_size)
+    else:
+        sizes = [min(split_size, n - start) for start in range(0, n, split_size)] or [0]
+    bounds, start = [], 0
     for size in sizes:
-        piece = _rows_or_none(tensor, start, start + size)
-        pieces.append(piece if piece is not None else rows(tensor, start, start + size, what=type(tensor).__name__))
+        bounds.append((start, start + size))
         start += size
-    return pieces
+    return bounds
+
+
+def _split(tensor: QuantizedTensor, split_size: Any, dim: int = 0) -> list[torch.Tensor]:
+    """``split``/``chunk``: exact pieces, quantized where the scheme allows the cut, as in TE.
+
+    Per-tensor FP8 cuts along any dim (its one scale serves every piece). Other schemes keep
+    dim-0 cuts on their scaling-block bounds quantized (how FSDP2 shards a parameter). Any other
+    cut returns the pieces of the dequantized values, exactly (TE's fallback); FSDP2's padding of
+    such a shard is then refused by ``new_zeros`` (see :func:`_new_zeros`), so a quantized weight
+    is never sharded into dequantized pieces silently.
+    """
+    from .float8 import Float8Tensor
+
+    if tensor.dim() == 0:
+        raise RuntimeError(f"{type(tensor).__name__}: split expects at least a 1-dimensional tensor")
+    dim = dim % tensor.dim()
+    bounds = _split_bounds(tensor.shape[dim], split_size)
+    if isinstance(tensor, Float8Tensor):
+        return [_float8_piece(tensor, dim, start, stop) for start, stop in bounds]
+    if dim == 0:
+        pieces = [_rows_or_none(tensor, start, stop) for start, stop in bounds]
+        if all(piece is not None for piece in pieces):
+            return pieces
+    values = tensor._dequantize_impl(tensor.dtype, None)
+    return [values.narrow(dim, start, stop - start) for start, stop in bounds]
+
+
+def _float8_piece(tensor: QuantizedTensor, dim: int, start: int, stop: int) -> QuantizedTensor:
+    """Elements ``[start, stop)`` along ``dim`` of a per-tensor FP8 tensor: its bytes, its usages, a copy of its scale."""
+    from ..kernels.reference.quant_float8 import columnwise_layout
+
+    if start == 0 and stop == tensor.shape[dim]:
+        return _alias(tensor)
+    full = tensor
+    if tensor._data is None:  # derive the row-wise bytes on a copy that shares the arrays
+        full = type(tensor).make_like(tensor)
+        full.update_usage(rowwise_usage=True)
+    data = full._data.narrow(dim, start, stop - start).contiguous()
+    return type(tensor).make_like(
+        tensor, shape=data.shape,
+        data=data if tensor._data is not None else None,
+        data_transpose=columnwise_layout(data) if tensor._transpose is not None else None,
+        fp8_scale_inv=tensor._scale_inv.clone(),  # re-quantizing one piece never writes another's scale
+    )
 
 
 def _slice(tensor: QuantizedTensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> torch.Tensor:
@@ -159,6 +199,16 @@ def _new_zeros(tensor: QuantizedTensor, size: Any, **kwargs: Any) -> torch.Tenso
     quantizable = (layout is not None and tensor.dim() == 2 and len(size) == 2 and size[1:] == tensor.shape[1:]
                    and dtype == tensor.dtype and not (layout.check is not None and layout.check(tensor)))
     if quantizable:
+        block = layout.block_rows(tensor)
+        if size[0] % block and size[0] != tensor.shape[0]:
+            # FSDP2 pads each shard with new_zeros(shard rows) before copying the shard in: a shard that
+            # splits a scaling block would be re-quantized from its dequantized piece (a silent loss).
+            raise NotImplementedError(
+                f"{type(tensor).__name__}: new_zeros{tuple(size)} on a tensor of shape {tuple(tensor.shape)}: a "
+                f"{type(tensor).__name__} can only be cut at multiples of {block} rows (its scaling blocks), so "
+                f"rows of {size[0]} cannot hold its shards (FSDP2 pads each shard this way). Choose sizes whose "
+                f"shards are multiples of {block} rows, or keep this weight in high precision"
+            )
         return zeros_like_rows(tensor, size)
     return torch.zeros(size, dtype=dtype, device=kwargs.get("device") or tensor.device)
 

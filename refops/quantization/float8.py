@@ -55,7 +55,7 @@ class Float8Tensor(QuantizedTensor):
         )
         if usage == "columnwise" and self.dim() > 0:
             values = values.reshape(self.shape[-1], -1).t().reshape(self.shape)
-        return values.contiguous()
+        return values.reshape(self.shape).contiguous()  # a 0-D tensor dequantizes to shape (), as in TE
 
     def _derive_usage(self, usage: str) -> None:
         # Both copies hold the same bytes: deriving one is a transpose, not a quantization.
@@ -95,6 +95,9 @@ class _PerTensorQuantizer(Quantizer):
             columnwise=columnwise,
             amax_accumulator=amax_accumulator,
         )
+        if tensor.dim() == 0:  # the kernel works on (1,); a 0-D tensor's bytes keep its shape (), as TE's do
+            data = None if data is None else data.reshape(())
+            transpose = None if transpose is None else transpose.reshape(())
         return {"data": data, "data_transpose": transpose, "fp8_scale_inv": scale_inv, "fp8_dtype": self.dtype}
 
     def make_empty(

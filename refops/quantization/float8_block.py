@@ -118,7 +118,16 @@ class Float8BlockQuantizer(Quantizer):
         self.force_pow_2_scales = bool(force_pow_2_scales)
         self.block_scaling_dim = block_scaling_dim
 
+    def is_quantizable(self, inp: torch.Tensor) -> bool:
+        """Whether ``inp`` supports a quantized all-gather (TE's meaning): 2+ dims whose last dim and product of
+        leading dims are multiples of 128 (whole blocks along both)."""
+        m, k = _rows_cols(inp.shape)
+        return inp.dim() >= 2 and k % BLOCK_LEN == 0 and m % BLOCK_LEN == 0
+
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+        if tensor.dim() == 0:
+            raise ValueError(f"{type(self).__name__}: FP8 block scaling needs a tensor of at least 1 dim (its blocks "
+                             "run along the last dim), got a 0-D tensor")
         row_data, row_scale, col_data, col_scale = current_backend().quantize_float8_block(
             tensor,
             fp8_dtype=torch_fp8_dtype(self.dtype),

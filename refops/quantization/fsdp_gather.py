@@ -13,9 +13,12 @@ with the functions here, on top of :mod:`refops.quantization.row_layout`:
   shard must hold identically (they are gathered too, one row per rank, and compared): bit for bit
   the tensor that quantizing the gathered high-precision weight gives.
 
+On a mesh of one rank FSDP2 copies only the first all-gather input (its world-size-1 shortcut), so there the
+shard travels as a single tensor, its row blocks (:mod:`refops.quantization.row_blocks`).
+
 A shard that cannot be kept quantized (uneven sharding, shard rows not a multiple of the scaling
 block) is an error at the first forward, never a silent dequantization; so are shards whose
-whole-tensor scales disagree (delayed scaling without amax reduction over the data-parallel group),
+whole-tensor scales disagree (delayed scaling with ``reduce_amax=False``, or reduced over another group),
 checked at every gather.
 """
 
@@ -26,9 +29,13 @@ from typing import Any, Optional
 import torch
 
 from .quantized_tensor import QuantizedTensor
+from .row_blocks import decode_row_blocks, encode_row_blocks
 from .row_layout import from_row_major, row_layout, to_row_major
 
 __all__ = ["pre_all_gather", "post_all_gather", "reduce_amax_over"]
+
+#: Metadata tag of a one-rank mesh's single all-gather input (the shard's row blocks).
+_ONE_TENSOR = "row blocks"
 
 
 def reduce_amax_over(tensor: QuantizedTensor, group: Any) -> None:
@@ -66,6 +73,10 @@ def pre_all_gather(tensor: QuantizedTensor, mesh: Any, orig_size: torch.Size, mo
             "Choose sizes that shard evenly, or keep this weight in high precision"
         )
     reduce_amax_over(tensor, mesh.get_group())
+    if world == 1:
+        # FSDP2 copies only the first all-gather input of a one-rank mesh (its world-size-1 shortcut), so
+        # the shard travels as one tensor: its row blocks, every array and scale in one uint8 matrix.
+        return (encode_row_blocks(tensor, what=what),), (_ONE_TENSOR, what)
     arrays = to_row_major(tensor, what=what)
     names = tuple(arrays)
     # Whole-tensor scales travel too, one row per rank, so that the gather can check they agree.
@@ -85,8 +96,9 @@ def _agreed(kw: str, gathered: torch.Tensor, what: str) -> torch.Tensor:
     if not all(torch.equal(row, gathered[0]) for row in gathered[1:]):
         raise RuntimeError(
             f"{what}: the shards carry different {kw} ({[row.tolist() for row in gathered]}), so they cannot be "
-            "gathered into one weight. Under delayed scaling, give autocast the data-parallel group "
-            "(te.autocast(recipe=..., amax_reduction_group=group)) so that every rank's scales update alike"
+            "gathered into one weight. Under delayed scaling, keep the recipe's reduce_amax=True and give autocast "
+            "the data-parallel group (te.autocast(recipe=..., amax_reduction_group=group); None is the world "
+            "group) so that every rank's scales update alike"
         )
     return gathered[0].clone()
 
@@ -110,13 +122,16 @@ def post_all_gather(shard: QuantizedTensor, outputs: tuple[torch.Tensor, ...], m
     The arrays are returned as FSDP2's "inner tensors": FSDP2 frees their storage when it reshards
     and re-allocates it before the next gather, when this function refills ``out`` in place.
     """
-    names, shared_names, granularities, what = metadata
-    arrays = dict(zip(names, outputs))
-    shared = {kw: _agreed(kw, gathered, what) for kw, gathered in zip(shared_names, outputs[len(names):])}
-    rows = arrays[names[0]].shape[0] * granularities[names[0]]
-    shape = torch.Size((rows, *shard.shape[1:]))
-    whole = from_row_major(shard, arrays, shape, {kw: v.reshape(shard.get_metadata()[kw].shape)
-                                                  for kw, v in shared.items()})
+    if metadata[0] == _ONE_TENSOR:  # a one-rank mesh: the shard's own row blocks
+        whole = decode_row_blocks(shard, outputs[0], rows=shard.shape[0], what=metadata[1])
+    else:
+        names, shared_names, granularities, what = metadata
+        arrays = dict(zip(names, outputs))
+        shared = {kw: _agreed(kw, gathered, what) for kw, gathered in zip(shared_names, outputs[len(names):])}
+        rows = arrays[names[0]].shape[0] * granularities[names[0]]
+        shape = torch.Size((rows, *shard.shape[1:]))
+        whole = from_row_major(shard, arrays, shape, {kw: v.reshape(shard.get_metadata()[kw].shape)
+                                                      for kw, v in shared.items()})
     if out is not None:
         for kw, attr in type(out)._CTOR_TENSORS.items():
             fresh, current = getattr(whole, attr), getattr(out, attr)

@@ -161,7 +161,10 @@ class NVFP4Quantizer(Quantizer):
         return self.nvfp4_e4m3_max if self.nvfp4_use_4over6 else 448
 
     def is_quantizable(self, inp: torch.Tensor) -> bool:
-        """2+ dims with ``M % 16 == 0`` and ``K % 16 == 0``."""
+        """Whether ``inp`` supports a quantized all-gather (TE's meaning): 2+ dims with ``M % 16 == 0`` and
+        ``K % 16 == 0``, and never for row-scaled NVFP4, whose per-row amaxes shards cannot share."""
+        if self.row_scaled_nvfp4:
+            return False
         try:
             _check_shape(inp.shape)
         except ValueError:

@@ -14,9 +14,10 @@ Each scheme subclass declares which attributes hold what:
 
 Torch operations are handled in :mod:`refops.quantization._dispatch`: detach,
 alias, clone, ``copy_`` into it (re-quantize in place), ``.to(device/dtype)``
-(stays quantized), ``empty_like``, and the dim-0 cuts FSDP2 shards with
-(``split``/``chunk``/``narrow``/``new_zeros``); anything else runs on the
-dequantized values. FSDP2's all-gather extension (``fsdp_pre_all_gather`` /
+(stays quantized), ``empty_like``, ``split``/``chunk`` (exact pieces, quantized
+where the scheme allows the cut) and the dim-0 cuts FSDP2 shards with
+(``narrow``/``new_zeros``); anything else runs on the dequantized values.
+``t.data = value`` takes ``value``'s arrays (or quantizes a plain ``value``). FSDP2's all-gather extension (``fsdp_pre_all_gather`` /
 ``fsdp_post_all_gather``) keeps shards quantized (:mod:`.fsdp_gather`).
 """
 
@@ -217,6 +218,50 @@ class QuantizedTensor(torch.Tensor):
             if not want[usage]:
                 for name in names:
                     setattr(self, name, None)
+
+    # ----------------------------------------------------------------- .data
+    def _get_data(self) -> "QuantizedTensor":
+        return super().data  # a detached alias of the same class (dispatched to ``detach``)
+
+    @torch.no_grad()
+    def _set_data(self, tensor: torch.Tensor) -> None:
+        """``t.data = value`` (TE's semantics): ``t`` stays this object and takes ``value``'s size, dtype and device.
+
+        A tensor of the same class lends its arrays (shared, not copied) and a copy of its quantizer; a
+        plain tensor is quantized with this tensor's quantizer (its usages). Either way the bytes,
+        scales and ``dequantize()`` are ``value``'s afterwards, never the old ones under a new size.
+        A tensor of another scheme is refused: quantize its ``dequantize()`` instead.
+        """
+        name = type(self).__name__
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"{name}.data: expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.device.type == "cpu" and self.device.type != "cpu":  # TE keeps an accelerator tensor there
+            tensor = tensor.to(device=self.device)
+        if isinstance(tensor, QuantizedTensor):
+            if type(tensor) is not type(self):
+                raise TypeError(
+                    f"{name}.data: cannot take the arrays of a {type(tensor).__name__} (another scheme); assign "
+                    f"its dequantize() to re-quantize the values with this tensor's quantizer"
+                )
+            source = tensor
+            quantizer = None if tensor._quantizer is None else tensor._quantizer.copy()
+        else:
+            quantizer = self._get_quantizer()
+            source = quantizer._quantize_new(quantizer._high_precision_input(tensor).detach())
+        if (source.shape, source.dtype, source.device) != (self.shape, self.dtype, self.device):
+            # The wrapper's own size/dtype/device (torch's ``set_data`` on an empty wrapper of the new layout).
+            wrapper = torch.Tensor._make_wrapper_subclass(
+                type(self), source.shape, strides=_contiguous_strides(source.shape), storage_offset=0,
+                dtype=source.dtype, device=source.device, requires_grad=self.requires_grad,
+            )
+            super(QuantizedTensor, type(self)).data.__set__(self, wrapper)
+        for attr in self._array_names():
+            setattr(self, attr, getattr(source, attr))
+        for _, (attr, _) in self._CTOR_META.items():
+            setattr(self, attr, getattr(source, attr))
+        self._quantizer = quantizer
+
+    data = property(_get_data, _set_data)
 
     def _derive_usage(self, usage: str) -> None:
         raise RuntimeError(

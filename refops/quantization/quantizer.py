@@ -119,6 +119,11 @@ class Quantizer(abc.ABC):
         """Shallow copy: state tensors (delayed scaling's scale/amax) stay shared."""
         return copy.copy(self)
 
+    def is_quantizable(self, inp: torch.Tensor) -> bool:
+        """Whether ``inp`` supports a quantized all-gather (TE's name and meaning); schemes with shape
+        requirements (MXFP8, NVFP4) answer for themselves."""
+        return True
+
     def calibrate(self, tensor: torch.Tensor) -> None:
         """Update quantizer state as a cast would, without casting (stateless schemes: nothing)."""
 

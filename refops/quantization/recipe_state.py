@@ -3,8 +3,10 @@
 Only delayed scaling is stateful (a scale and an amax history per quantizer
 slot); every other recipe computes scales from the tensor being quantized, so
 its state is just the recipe and the roles. ``RecipeState.create`` picks the
-class; ``make_quantizers`` builds one quantizer per slot, chosen by role
-(input, weight, grad_output) where the recipe treats roles differently.
+class; ``make_quantizers`` builds one quantizer per slot, chosen by the slot's
+tensor type (its role's, else its position's: TE's forward ``[input, weight,
+output]`` and backward ``[grad_output, grad_input]``) where the recipe treats
+tensor types differently.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from .quantizer import DType, Quantizer, QuantizerRole
 __all__ = ["RecipeState", "DelayedScalingRecipeState", "fp8_dtype_for"]
 
 FLT_MAX = torch.finfo(torch.float32).max
+MODES = ("forward", "backward")
 
 
 def fp8_dtype_for(recipe: Recipe, mode: str) -> DType:
@@ -40,11 +43,13 @@ def fp8_dtype_for(recipe: Recipe, mode: str) -> DType:
     return DType.kFloat8E4M3
 
 
-def _tensor_type(roles: Optional[Sequence[Optional[QuantizerRole]]], index: int, mode: str) -> str:
-    role = roles[index] if roles is not None else None
-    if role is not None and role.tensor_type:
-        return role.tensor_type
-    return "input" if mode == "forward" else "grad_output"
+#: The tensor types a slot's role may name; any other (a custom name such as "qkv", or none) falls back
+#: to the slot's position, as in TE.
+KNOWN_TENSOR_TYPES = ("input", "weight", "output", "grad_output", "grad_input")
+#: TE's positional layout of role-less slots: forward ``[input, weight, output, ...]``, backward
+#: ``[grad_output, grad_input, ...]``, repeating (so slot 1 of a forward state is a weight).
+POSITIONAL_TENSOR_TYPES = {"forward": ("input", "weight", "output"), "backward": ("grad_output", "grad_input")}
+GRADIENT_TENSOR_TYPES = ("grad_output", "grad_input")
 
 
 class RecipeState:
@@ -54,6 +59,8 @@ class RecipeState:
         self, recipe: Recipe, *, mode: str, num_quantizers: int, roles: Optional[Sequence[QuantizerRole]] = None,
         device: Optional[torch.device] = None,
     ) -> None:
+        if mode not in MODES:
+            raise ValueError(f"RecipeState: mode must be 'forward' or 'backward', got {mode!r}")
         if roles is not None and len(roles) != num_quantizers:
             raise ValueError(f"{len(roles)} quantizer roles given for {num_quantizers} quantizers")
         self.recipe, self.mode, self.num_quantizers = recipe, mode, num_quantizers
@@ -70,9 +77,23 @@ class RecipeState:
                 return state_type(recipe, mode=mode, num_quantizers=num_quantizers, roles=roles, device=device)
         raise TypeError(f"no recipe state for {type(recipe).__name__}")
 
+    def slot_role(self, index: int) -> QuantizerRole:
+        """The role given for slot ``index``, or an empty role when none was (TE's ``_slot_role``)."""
+        role = self.roles[index] if self.roles is not None else None
+        return role if role is not None else QuantizerRole()
+
     def tensor_type(self, index: int) -> str:
-        """The role of slot ``index``: "input", "weight" or "grad_output" (or a custom name)."""
-        return _tensor_type(self.roles, index, self.mode)
+        """What slot ``index`` quantizes, one of :data:`KNOWN_TENSOR_TYPES` (TE's ``_slot_tensor_type``).
+
+        The role's ``tensor_type`` when it is a known one; otherwise the slot's position decides:
+        forward slots run ``input, weight, output``, backward slots ``grad_output, grad_input``.
+        Recipes choose per-slot settings by this type, never by the mode alone.
+        """
+        role = self.slot_role(index)
+        if role.tensor_type in KNOWN_TENSOR_TYPES:
+            return role.tensor_type
+        layout = POSITIONAL_TENSOR_TYPES[self.mode]
+        return layout[index % len(layout)]
 
     def make_quantizers(self) -> list[Quantizer]:
         return [self.make_quantizer(i) for i in range(self.num_quantizers)]
@@ -124,8 +145,9 @@ class DelayedScalingRecipeState(RecipeState):
     def update_scales(self, reduction_group: Any = None) -> None:
         """One delayed-scaling update (``recipes-numerics.md`` §5), in place.
 
-        Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over the group when
-        the recipe asks): if ``a0 != 0`` the history becomes
+        Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over ``reduction_group`` when the
+        recipe's ``reduce_amax`` asks and a process group of more than one rank exists; None is the
+        default (world) group, as in TE, so ranks of one data-parallel model keep equal scales): if ``a0 != 0`` the history becomes
         ``[0, old[2], ..., old[L-1], a0]`` and ``amax = max(old[1:], a0)`` ("max") or
         ``a0`` ("most_recent"); a slot with ``a0 == 0`` was not used and is left
         alone. "max" skips NaN entries as TE's kernel does (``fmaxf``): a NaN amax
@@ -137,7 +159,7 @@ class DelayedScalingRecipeState(RecipeState):
         recipe: DelayedScaling = self.recipe
         history = self.amax_history
         a0 = history[0].clone()
-        if recipe.reduce_amax and reduction_group is not None and torch.distributed.is_initialized():
+        if recipe.reduce_amax and _group_size(reduction_group) > 1:
             torch.distributed.all_reduce(a0, op=torch.distributed.ReduceOp.MAX, group=reduction_group)
         if callable(recipe.amax_compute_algo) or recipe.scaling_factor_compute_algo is not None:
             self._update_unfused(a0)
@@ -193,6 +215,14 @@ class DelayedScalingRecipeState(RecipeState):
         self.amax_history.copy_(state["amax_history"])
 
 
+def _group_size(group: Any) -> int:
+    """Ranks in ``group`` (None: the default group); 1 without an initialized process group."""
+    dist = torch.distributed
+    if not (dist.is_available() and dist.is_initialized()):
+        return 1
+    return dist.get_world_size(group)
+
+
 def _nan_skipping_max(rows: torch.Tensor) -> torch.Tensor:
     """Column max of ``rows`` (L, n) that skips NaN: TE's kernel folds ``fmaxf`` from 0, so an all-NaN
     column gives 0 (and the scale stays)."""
@@ -200,13 +230,17 @@ def _nan_skipping_max(rows: torch.Tensor) -> torch.Tensor:
 
 
 class Float8CurrentScalingRecipeState(RecipeState):
+    """One current-scaling quantizer per slot; its options come from the slot's tensor type."""
+
     def make_quantizer(self, index: int) -> Quantizer:
         recipe: Float8CurrentScaling = self.recipe
-        qparams = {
-            "input": recipe.fp8_quant_fwd_inp,
-            "weight": recipe.fp8_quant_fwd_weight,
-            "grad_output": recipe.fp8_quant_bwd_grad,
-        }.get(self.tensor_type(index), recipe.fp8_quant_bwd_grad if self.mode == "backward" else recipe.fp8_quant_fwd_inp)
+        kind = self.tensor_type(index)
+        if kind == "weight":
+            qparams = recipe.fp8_quant_fwd_weight
+        elif kind in GRADIENT_TENSOR_TYPES:
+            qparams = recipe.fp8_quant_bwd_grad
+        else:
+            qparams = recipe.fp8_quant_fwd_inp
         return Float8CurrentScalingQuantizer(
             fp8_dtype_for(recipe, self.mode),
             self.device,
@@ -216,24 +250,32 @@ class Float8CurrentScalingRecipeState(RecipeState):
 
 
 class MXFP8BlockScalingRecipeState(RecipeState):
+    """2D (32x32) quantization, under ``enable_2d_quantization``, only for forward slots whose *role* says a
+    linear's weight (module type "linear" or "grouped_linear"), as in TE; a role-less slot is never 2D."""
+
     def make_quantizer(self, index: int) -> Quantizer:
         recipe: MXFP8BlockScaling = self.recipe
-        two_d = recipe.enable_2d_quantization and self.mode == "forward" and self.tensor_type(index) == "weight"
+        role = self.slot_role(index)
+        linear_weight = role.module_type in ("linear", "grouped_linear") and role.tensor_type == "weight"
+        two_d = recipe.enable_2d_quantization and self.mode == "forward" and linear_weight
         return MXFP8Quantizer(fp8_dtype_for(recipe, self.mode), with_2d_quantization=two_d)
 
 
 class Float8BlockScalingRecipeState(RecipeState):
+    """Per tensor type: weights take the weight options (and E4M3), gradients the gradient options (and the
+    backward format), everything else the input options."""
+
     def make_quantizer(self, index: int) -> Quantizer:
         recipe: Float8BlockScaling = self.recipe
         kind = self.tensor_type(index)
         if kind == "weight":
-            dim, qparams = recipe.w_block_scaling_dim, recipe.fp8_quant_fwd_weight
-        elif self.mode == "backward":
-            dim, qparams = recipe.grad_block_scaling_dim, recipe.fp8_quant_bwd_grad
+            dim, qparams, mode = recipe.w_block_scaling_dim, recipe.fp8_quant_fwd_weight, "forward"
+        elif kind in GRADIENT_TENSOR_TYPES:
+            dim, qparams, mode = recipe.grad_block_scaling_dim, recipe.fp8_quant_bwd_grad, "backward"
         else:
-            dim, qparams = recipe.x_block_scaling_dim, recipe.fp8_quant_fwd_inp
+            dim, qparams, mode = recipe.x_block_scaling_dim, recipe.fp8_quant_fwd_inp, "forward"
         return Float8BlockQuantizer(
-            fp8_dtype_for(recipe, self.mode),
+            fp8_dtype_for(recipe, mode),
             rowwise=True,
             columnwise=True,
             amax_epsilon=qparams.amax_epsilon,
@@ -243,20 +285,21 @@ class Float8BlockScalingRecipeState(RecipeState):
 
 
 class NVFP4BlockScalingRecipeState(RecipeState):
-    """Per role (recipes-numerics §2.5): inputs get the RHT on their column-wise copy, weights 16x16 tiles,
-    gradients stochastic rounding (and the RHT column-wise); 4over6 applies to the scopes the recipe names."""
+    """Per tensor type (recipes-numerics §2.5): inputs get the RHT on their column-wise copy, weights 16x16
+    tiles, gradients stochastic rounding (and the RHT column-wise); 4over6 applies to the non-gradient
+    types the recipe names; row scaling to forward slots that are not weights."""
 
     def make_quantizer(self, index: int) -> Quantizer:
         recipe: NVFP4BlockScaling = self.recipe
         kind = self.tensor_type(index)
-        if kind == "weight":
-            qparams, scope = recipe.fp4_quant_fwd_weight, "weights"
-        elif self.mode == "backward":
+        if kind in GRADIENT_TENSOR_TYPES:
             qparams, scope = recipe.fp4_quant_bwd_grad, None
+        elif kind == "weight":
+            qparams, scope = recipe.fp4_quant_fwd_weight, "weights"
         else:
             qparams, scope = recipe.fp4_quant_fwd_inp, "activations"
         four_over_six = scope is not None and recipe.nvfp4_4over6 in (scope, "all")
-        use_256 = scope is not None and recipe.nvfp4_4over6_e4m3_use_256 in (scope, "all")
+        use_256 = four_over_six and recipe.nvfp4_4over6_e4m3_use_256 in (scope, "all")
         return NVFP4Quantizer(
             with_rht=qparams.random_hadamard_transform,
             with_post_rht_amax=qparams.random_hadamard_transform,
@@ -264,7 +307,7 @@ class NVFP4BlockScalingRecipeState(RecipeState):
             stochastic_rounding=qparams.stochastic_rounding,
             row_scaled_nvfp4=recipe.row_scaled_activation and self.mode == "forward" and kind != "weight",
             nvfp4_use_4over6=four_over_six,
-            nvfp4_e4m3_max=256 if (four_over_six and use_256) else 448,
+            nvfp4_e4m3_max=256 if use_256 else 448,
             nvfp4_4over6_err_mode=recipe.nvfp4_4over6_err_mode,
         )
 

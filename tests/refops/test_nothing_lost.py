@@ -337,3 +337,43 @@ def test_a_format_change_of_delayed_scaling_keeps_the_history_and_follows_the_fo
     assert op.get_quantizer("backward", 0).dtype == te.DType.kFloat8E4M3  # was E5M2 under HYBRID
     assert torch.count_nonzero(backward.amax_history).item() == 2  # both steps' amaxes kept
     assert torch.equal(backward.scale, torch.tensor([448.0]) / 1000.0)  # E4M3's max, not E5M2's
+
+
+# ------------------------------------------------ extra state that is not a tensor
+@pytest.mark.parametrize("foreign", [io.BytesIO(b"\x80\x04N."), {"scale": torch.ones(3)}, "state"],
+                         ids=["BytesIO", "dict", "str"])
+def test_extra_state_that_is_not_a_tensor_is_an_error_naming_the_op_and_the_key(foreign):
+    """TE's older checkpoints hold an io.BytesIO (pickle) as extra state: refops cannot read it and must say so,
+    naming the op and the key, and load nothing of that op; it was silently dropped before."""
+    source = te.ops.Sequential(te.ops.Linear(32, 32))
+    with te.autocast(recipe=_delayed()):
+        source(torch.randn(32, 32)).sum().backward()
+    target = te.ops.Sequential(te.ops.Linear(32, 32))
+    with te.autocast(recipe=_delayed()):
+        target(torch.randn(32, 32)).sum().backward()
+    op = target[0].basic_ops[0]
+    before = {"weight": op.weight.detach().clone(), "extra": op.get_extra_state().clone()}
+    state = source.state_dict()
+    state["0.basic_ops.0._extra_state"] = foreign
+    with pytest.raises(RuntimeError, match=r"BasicLinear \(0\.basic_ops\.0\.\): '0\.basic_ops\.0\._extra_state': extra "
+                                           r"state must be a uint8 tensor written by refops .*nothing of this op was "
+                                           r"loaded"):
+        target.load_state_dict(state)
+    assert torch.equal(op.weight, before["weight"]) and torch.equal(op.get_extra_state(), before["extra"])
+    with pytest.raises(TypeError, match=r"^BasicLinear: extra state must be a uint8 tensor written by refops"):
+        op.set_extra_state(foreign)
+    assert torch.equal(op.get_extra_state(), before["extra"])
+
+
+def test_dcp_placeholder_for_a_missing_extra_state_key_still_means_no_state():
+    from torch.distributed.checkpoint.state_dict import _EXTRA_STATE
+
+    model = te.ops.Sequential(te.ops.Linear(32, 32))
+    with te.autocast(recipe=_delayed()):
+        model(torch.randn(32, 32)).sum().backward()
+    op = model[0].basic_ops[0]
+    before = op.get_extra_state().clone()
+    state = model.state_dict()
+    state["0.basic_ops.0._extra_state"] = _EXTRA_STATE()
+    model.load_state_dict(state)
+    assert torch.equal(op.get_extra_state(), before)

@@ -28,6 +28,8 @@ import torch
 from ...distributed.collectives import (
     all_gather_rows,
     all_reduce,
+    check_process_group,
+    check_same_shape_across_ranks,
     get_group_size,
     reduce_scatter_along_first_dim,
 )
@@ -78,7 +80,8 @@ def canonicalize_tensor_parallelism(
     """
     if mode not in TENSOR_PARALLEL_MODES:
         raise ValueError(f"{op_name}: tensor_parallel_mode must be None, 'column' or 'row' (got {mode!r})")
-    size = 1 if mode is None else get_group_size(group)
+    size = get_group_size(group, owner=f"{op_name}: tensor_parallel_group") if mode is not None else 1
+    check_process_group(group, owner=f"{op_name}: tensor_parallel_group")  # a wrong type is a mistake even unused
     if size == 1:
         return TensorParallelConfig(None, None, 1, False, in_features, out_features)
     sharded, features = ("out_features", out_features) if mode == "column" else ("in_features", in_features)
@@ -107,12 +110,16 @@ def configure_gathered_quantizers(config: TensorParallelConfig, input_quantizer:
 
 
 def check_sharded_input(op_name: str, config: TensorParallelConfig, what: str, tensor: torch.Tensor) -> None:
-    """Sequence parallelism shards dim 0, so the tensor needs a dim 0 besides its features."""
+    """Sequence parallelism shards dim 0, so the tensor needs a dim 0 besides its features; and every rank's
+    tensor must have the same shape, or the gathers and reductions fail inside the backend."""
     if config.sequence_parallel and tensor.dim() < 2:
         raise ValueError(
             f"{op_name}: with sequence_parallel the {what} is sharded along dim 0 and needs at least 2 dims, "
             f"got shape {tuple(tensor.shape)}"
         )
+    if config.size > 1:
+        check_same_shape_across_ranks(tensor, config.group,
+                                      what=f"{op_name} ({config.mode} tensor parallel): the {what}")
 
 
 def quantize_shard(tensor: torch.Tensor, quantizer: Quantizer, *, columnwise: bool) -> torch.Tensor:

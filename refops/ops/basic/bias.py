@@ -53,7 +53,8 @@ class Bias(BasicOperation):
         super().__init__()
         name = type(self).__name__
         size = check_size(name, "size", size)
-        world = get_group_size(tensor_parallel_group) if tensor_parallel else 1
+        group_size = get_group_size(tensor_parallel_group, owner=f"{name}: tensor_parallel_group")
+        world = group_size if tensor_parallel else 1
         if size % world:
             raise ValueError(
                 f"{name}: tensor parallelism shards size={size}, which is not divisible by the tensor-parallel "
@@ -105,6 +106,8 @@ class Bias(BasicOperation):
         recipe = get_autocast_recipe()
         if recipe is not None and recipe.backward_override is not None:
             return None
+        if prev_op_grad_output_quantizer is not None and not _produces_data(prev_op_grad_output_quantizer):
+            return None  # its owner runs no backward (frozen, input without grad): nothing to quantize for it
         return prev_op_grad_output_quantizer
 
     def op_backward(

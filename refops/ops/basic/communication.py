@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from ...distributed.collectives import get_group_size
+from ...distributed.collectives import check_same_shape_across_ranks, get_group_size
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["CommunicationOperation"]
@@ -23,7 +23,7 @@ class CommunicationOperation(BasicOperation):
     def __init__(self, process_group: Optional[Any] = None) -> None:
         super().__init__()
         self.process_group = process_group
-        self.process_group_size = get_group_size(process_group)
+        self.process_group_size = get_group_size(process_group, owner=f"{type(self).__name__}: process_group")
 
     def communicate_forward(self, input_: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -42,6 +42,7 @@ class CommunicationOperation(BasicOperation):
     ) -> torch.Tensor:
         if self.process_group_size == 1:
             return input_.detach()
+        check_same_shape_across_ranks(input_, self.process_group, what=f"{type(self).__name__}: the input")
         return self.communicate_forward(input_)
 
     def op_backward(self, ctx: OperationContext, grad_output: torch.Tensor) -> tuple[torch.Tensor, list]:

@@ -38,8 +38,7 @@ class BackwardActivationBias(FusedOperation):
         bias_ctx, act_ctx = basic_op_ctxs
         activation = self.basic_ops[1]
         (act_input,) = act_ctx.saved_tensors
-        quantizer = getattr(bias_ctx, "grad_input_quantizer", None)
-        if quantizer is None:
+        if not hasattr(bias_ctx, "grad_input_quantizer"):
             raise RuntimeError(
                 "BackwardActivationBias requires the previous op's grad output quantizer, "
                 "but the Bias context has no quantizer"
@@ -48,7 +47,9 @@ class BackwardActivationBias(FusedOperation):
         dx, db = current_backend().activation_backward_dbias(
             dy, act_input, activation.kernel_activation, **activation.kernel_params()
         )
-        return quantizer(dx), [(db,), ()], [(), ()]
+        # None: the previous op runs no backward (frozen, input without grad), so dx is not quantized for it.
+        quantizer = bias_ctx.grad_input_quantizer
+        return (dx if quantizer is None else quantizer(dx)), [(db,), ()], [(), ()]
 
 
 RULE = FusionRule(

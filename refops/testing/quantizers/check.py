@@ -71,7 +71,7 @@ def _reference_quantizer(quantizer_or_recipe: Union[Quantizer, Recipe], role: st
             raise ValueError(f"check_quantizer: role must be 'input', 'weight' or 'grad_output', got {role!r}")
         mode = "backward" if role == "grad_output" else "forward"
         state = RecipeState.create(
-            quantizer_or_recipe, mode=mode, num_quantizers=1, roles=[QuantizerRole(tensor_type=role)],
+            quantizer_or_recipe, mode=mode, num_quantizers=1, roles=[QuantizerRole(module_type="linear", tensor_type=role)],
             device=torch.device("cpu"),
         )
         quantizer = state.make_quantizer(0)

@@ -11,10 +11,10 @@ A model built inside ``quantized_model_init(recipe)`` (eagerly, or on meta and t
 * 3 Adam steps give the single-process quantized losses within the recipe's tolerance
   (``quantization_tols``); MXFP8 and FP8 block scaling have no whole-tensor scale and match to 1e-6;
 * shards that cannot stay quantized are a clear error at ``fully_shard`` or the first forward, and shards
-  whose scales disagree (delayed scaling without amax reduction over the ranks) an error at the gather.
+  whose scales disagree (delayed scaling with ``reduce_amax=False``) an error at the gather.
 
-Delayed scaling trains with ``autocast(amax_reduction_group=WORLD)``, which keeps every rank's recipe
-state equal; its first step runs with the initial scale of 1, where each rank's half-batch gradients
+Delayed scaling trains with ``autocast(amax_reduction_group=WORLD)`` (the default group, None, is the same
+one), which keeps every rank's recipe state equal; its first step runs with the initial scale of 1, where each rank's half-batch gradients
 (twice the full-batch ones) round differently in FP8, so it matches a single process within the FP8
 tolerance, not exactly.
 """
@@ -141,11 +141,12 @@ def test_f5_quantized_weights_stay_quantized_and_train_like_a_single_process(res
 
 
 def _delayed_without_amax_reduction(rank, world_size):
-    """Delayed scaling where autocast is not given the group: each rank's scales follow its own amaxes
-    ("most_recent", so that the first step's own shard amax decides the next scale)."""
+    """Delayed scaling with ``reduce_amax=False``: each rank's scales follow its own amaxes ("most_recent", so
+    that the first step's own shard amax decides the next scale). (Without a group, autocast reduces over
+    the world group, as in TE, and the scales agree.)"""
     from refops.recipe import DelayedScaling, Format
 
-    recipe = DelayedScaling(fp8_format=Format.E4M3, amax_compute_algo="most_recent")
+    recipe = DelayedScaling(fp8_format=Format.E4M3, amax_compute_algo="most_recent", reduce_amax=False)
     model = C.shard(C.build(C.flat, recipe=recipe), world_size, children=False)
     x, y = C.data()
     try:

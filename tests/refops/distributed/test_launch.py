@@ -48,8 +48,30 @@ def test_a_rank_left_waiting_fails_within_the_timeout():
 def test_bad_arguments_are_clear_errors():
     with pytest.raises(ValueError, match="world_size must be >= 1"):
         run_on_ranks(_sum_of_ranks, 0)
-    with pytest.raises(ValueError, match="backend must be 'gloo' or 'nccl'"):
+    with pytest.raises(ValueError, match="backend must be 'gloo', 'nccl' or None"):
         run_on_ranks(_sum_of_ranks, 2, backend="mpi")
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"world_size": "2"}, TypeError, r"^run_on_ranks: world_size must be an int \(the number of ranks, >= 1\), got str '2'"),
+    ({"world_size": 2.0}, TypeError, r"^run_on_ranks: world_size must be an int .* got float 2\.0"),
+    ({"world_size": True}, TypeError, r"^run_on_ranks: world_size must be an int .* got bool True"),
+    ({"world_size": -1}, ValueError, r"^run_on_ranks: world_size must be >= 1 .* got -1"),
+    ({"world_size": 2, "backend": "NCCL"}, ValueError, r"^run_on_ranks: backend must be 'gloo', 'nccl' or None"),
+    ({"world_size": 2, "timeout": "60"}, TypeError, r"^run_on_ranks: timeout must be a number of seconds, got str"),
+    ({"world_size": 2, "timeout": 0}, ValueError, r"^run_on_ranks: timeout must be a finite number of seconds > 0"),
+    ({"world_size": 2, "timeout": float("inf")}, ValueError, r"^run_on_ranks: timeout must be a finite number"),
+], ids=["str-world-size", "float-world-size", "bool-world-size", "negative-world-size", "backend-case", "str-timeout",
+        "zero-timeout", "infinite-timeout"])
+def test_every_argument_is_checked_before_a_process_starts(kwargs, error, message):
+    """``world_size="2"`` used to fail inside torch's TCPStore; now each argument is named with what was expected."""
+    with pytest.raises(error, match=message):
+        run_on_ranks(_sum_of_ranks, *(kwargs.pop("world_size"),), 0.5, **kwargs)
+
+
+def test_fn_must_be_callable():
+    with pytest.raises(TypeError, match=r"^run_on_ranks: fn must be a callable fn\(rank, world_size, \*args\), got str"):
+        run_on_ranks("_sum_of_ranks", 2)
 
 
 def _backward_on_a_rank(rank: int, world_size: int) -> float:

@@ -87,13 +87,19 @@ def test_the_cuts_fsdp2_makes_keep_the_scheme(case):
     assert type(same) is type(whole) and torch.equal(same.dequantize(), whole.dequantize())
 
 
-def test_a_split_that_cuts_a_scaling_block_is_an_error_and_a_slice_reads_values():
+def test_a_cut_across_scaling_blocks_reads_exact_values_and_fsdp2_padding_for_it_is_refused():
+    """As in TE, a split or slice the scheme cannot make quantized gives pieces of the dequantized values,
+    exactly; FSDP2's padding of such a shard (``new_zeros`` with the shard's rows) is refused instead, so
+    a weight is never re-quantized from a dequantized piece."""
     whole = MXFP8Quantizer(E4M3)(torch.randn(64, 64))
-    with pytest.raises(NotImplementedError, match=r"can only be cut at multiples of 32 rows .* rows \[0, 16\)"):
-        torch.split(whole, 16)
+    pieces = torch.split(whole, 16)
+    assert [type(p) for p in pieces] == [torch.Tensor] * 4
+    assert torch.equal(torch.cat(pieces), whole.dequantize())
     assert type(whole[:16]) is torch.Tensor and torch.equal(whole[:16], whole.dequantize()[:16])
-    with pytest.raises(NotImplementedError, match="only dim 0 is supported"):
-        torch.chunk(whole, 2, dim=1)
+    left, right = torch.chunk(whole, 2, dim=1)
+    assert type(left) is torch.Tensor and torch.equal(torch.cat([left, right], 1), whole.dequantize())
+    with pytest.raises(NotImplementedError, match=r"can only be cut at multiples of 32 rows .*rows of 16 cannot"):
+        whole.new_zeros((16, 64))
 
 
 def test_a_quantized_shard_shares_no_scale_with_its_neighbour():

@@ -531,3 +531,27 @@ def test_a_quantized_op_built_on_meta_holds_zero_allocation_on_the_device(device
     assert result.status is HELD, result.evidence
     if device.type == "cuda":
         assert "state held outside parameters and buffers" in result.evidence
+
+
+def test_a_stale_transposed_copy_is_cache_not_quantization_state():
+    """TE's Float8Tensor marks its transposed copy stale after an in-place update (transpose_invalid=True)
+    and rebuilds it when needed: two weights that differ only there hold the same quantization state."""
+    from refops.testing.lifecycle.evidence import quantization_differences
+
+    class TELikeFloat8Tensor(Float8Tensor):
+        def __tensor_flatten__(self):
+            names, context = super().__tensor_flatten__()
+            return names, {"nontensor_kwargs": {**context, "transpose_invalid": self.__dict__.get("stale", False)}}
+
+    def weight(stale_transpose: bool):
+        q = Float8CurrentScalingQuantizer(DType.kFloat8E4M3)(torch.linspace(-1, 1, 32).reshape(4, 8))
+        t = TELikeFloat8Tensor(q.shape, q.dtype, **q.get_metadata())
+        if stale_transpose:
+            t._transpose = torch.zeros_like(t._transpose)  # old bytes
+            t.stale = True
+        return t
+
+    assert quantization_differences(weight(True), weight(False)) == []
+    fresh_but_wrong = weight(False)
+    fresh_but_wrong._transpose = torch.zeros_like(fresh_but_wrong._transpose)
+    assert quantization_differences(fresh_but_wrong, weight(False)) == ["_transpose differs in 32 bytes"]

@@ -119,19 +119,21 @@ def _simple(value: Any) -> bool:
     return value is None or isinstance(value, (bool, int, float, str, enum.Enum, torch.dtype, type))
 
 
-def quantization_state(t: torch.Tensor) -> tuple[str, dict[str, Optional[torch.Tensor]], dict[str, Any]]:
-    """``(kind, inner tensors, settings)`` of ``t``.
+def quantization_state(t: torch.Tensor) -> tuple[str, dict[str, Optional[torch.Tensor]], dict[str, Any], set[str]]:
+    """``(kind, inner tensors, settings, stale)`` of ``t``.
 
     ``kind`` is ``"plain"`` for a plain tensor or ``Parameter``, else the subclass's
     name (``"MXFP8Tensor"``). For a subclass that flattens itself (refops' and TE's
     quantized tensors do, through ``__tensor_flatten__``), the inner tensors present
     (data and scales of each usage) and the settings that are plain values (the FP8
     dtype...; quantizer objects and ``requires_grad`` are not part of the state).
+    ``stale`` names inner tensors the tensor itself marks out of date (see :func:`_drop_caches`).
     """
     if not _is_subclass(t):
-        return "plain", {}, {}
+        return "plain", {}, {}, set()
     inner: dict[str, Optional[torch.Tensor]] = {}
     settings: dict[str, Any] = {}
+    stale: set[str] = set()
     flatten = getattr(t, "__tensor_flatten__", None)
     if callable(flatten):
         try:
@@ -144,12 +146,30 @@ def quantization_state(t: torch.Tensor) -> tuple[str, dict[str, Optional[torch.T
         if isinstance(nested, dict):
             items.update(nested)
         settings = {k: v for k, v in items.items() if _simple(v) and k not in ("requires_grad", "cls", "is_tensor")}
-    return type(t).__name__, inner, settings
+        stale = _drop_caches(inner, settings)
+    return type(t).__name__, inner, settings, stale
+
+
+def _drop_caches(inner: dict[str, Optional[torch.Tensor]], settings: dict[str, Any]) -> set[str]:
+    """Leave out what is cache, not quantization state; return the inner tensors marked stale.
+
+    TE keeps a transposed copy that an in-place update marks stale (``transpose_invalid=True``: its
+    bytes are old, and it is rebuilt when needed), and a flag saying whether the scales are already in
+    the GEMM's swizzled layout: the same weight may differ in both depending on what ran last.
+    """
+    stale: set[str] = set()
+    for key in [k for k in settings if "invalid" in k.lower()]:
+        stem = key.lower().removeprefix("_").removesuffix("_invalid")
+        if settings.pop(key) is True:
+            stale |= {n for n in inner if stem in n.lower()}
+    for key in [k for k in settings if "swizzle" in k.lower()]:
+        settings.pop(key)
+    return stale
 
 
 def describe_kind(t: torch.Tensor) -> str:
     """``"a plain float32 tensor"`` or ``"MXFP8Tensor (_rowwise_data, _rowwise_scale_inv, ...)"``."""
-    kind, inner, _ = quantization_state(t)
+    kind, inner, _, _ = quantization_state(t)
     if kind == "plain":
         return f"a plain {str(t.dtype).removeprefix('torch.')} tensor"
     present = [name for name, value in inner.items() if value is not None]
@@ -164,13 +184,14 @@ def quantization_differences(actual: torch.Tensor, expected: torch.Tensor) -> li
     comparison: with equal codes, a scale can differ without changing a value only in padding
     (unspecified, ``recipes-numerics`` §8) or in a block whose codes are all zero.
     """
-    kind_a, inner_a, settings_a = quantization_state(actual)
-    kind_e, inner_e, settings_e = quantization_state(expected)
+    kind_a, inner_a, settings_a, stale_a = quantization_state(actual)
+    kind_e, inner_e, settings_e, stale_e = quantization_state(expected)
     if kind_a != kind_e:
         return [f"is {describe_kind(actual)}, expected {describe_kind(expected)}"]
     problems = []
-    present_a = sorted(n for n, v in inner_a.items() if v is not None)
-    present_e = sorted(n for n, v in inner_e.items() if v is not None)
+    stale = stale_a | stale_e  # out of date on either side: neither its presence nor its bytes say anything
+    present_a = sorted(n for n, v in inner_a.items() if v is not None and n not in stale)
+    present_e = sorted(n for n, v in inner_e.items() if v is not None and n not in stale)
     if present_a != present_e:
         problems.append(f"holds {', '.join(present_a) or 'no inner tensors'}, expected {', '.join(present_e)}")
     for name in sorted(set(present_a) & set(present_e)):

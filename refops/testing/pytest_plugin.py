@@ -1,8 +1,20 @@
 """pytest plugin: a ``--device`` option and fixtures for testing against refops.
 
-Enable it with ``pytest_plugins = ["refops.testing.pytest_plugin"]`` in a
-``conftest.py``. ``--device cuda`` runs device-parametrized tests on the GPU;
-with no GPU such a run stops at once with the reason.
+Enable it in one of two ways:
+
+* ``pytest_plugins = ["refops.testing.pytest_plugin"]`` in the **top-level**
+  ``conftest.py`` (the one in pytest's rootdir). pytest refuses ``pytest_plugins``
+  in a nested ``conftest.py`` (``tests/unit/conftest.py``): a plugin affects the
+  whole run, not one folder, so such a run stops with "Defining 'pytest_plugins'
+  in a non-top-level conftest is no longer supported" (pytest's rule, not
+  refops'; it passes only when that folder happens to be the one pytest starts
+  in, which is why it can seem to work);
+* or ``-p refops.testing.pytest_plugin`` on the command line, or in the
+  configuration (``addopts = "-p refops.testing.pytest_plugin"`` under
+  ``[tool.pytest.ini_options]``), which works wherever the tests live.
+
+``--device cuda`` runs device-parametrized tests on the GPU; with no GPU such a
+run stops at once with the reason.
 """
 
 from __future__ import annotations

@@ -50,7 +50,7 @@ def test_the_division_instead_of_multiplication_bug_is_caught_with_evidence():
     assert ties.status == "differs" and ties.code_mismatches > 100  # the constructed ties expose it
     assert report["normal", "float32", "rowwise"].status == "ok"  # random values alone would not
     text = str(report)
-    assert "FAILED" in text and "first mismatches:" in text and "ties/float32/rowwise at [" in text
+    assert "FAILED" in text and "first mismatches (" in text and "ties/float32/rowwise at [" in text
     assert "(code 0x" in text  # expected value, with the reference's code and scale
     assert "a code and a scale that disagree" in text  # the dequantized tier's limit, stated
     with pytest.raises(AssertionError, match="ties"):
@@ -140,11 +140,13 @@ def test_the_three_output_conventions_compare_the_same_quantization():
 
 
 def test_inputs_the_reference_rejects_are_recorded_not_compared():
-    report = check_quantizer(lambda x, q: q(x), make_recipe("mxfp8"), cases=["ragged"], dtypes=[torch.bfloat16])
+    report = check_quantizer(lambda x, q: q(x), make_recipe("mxfp8"), cases=["normal", "ragged"],
+                             dtypes=[torch.bfloat16])
     assert report.ok
     run = report["ragged", "bfloat16", "rowwise"]
     assert run.status == "both reject" and "reference: ValueError" in run.detail
-    assert any("the reference rejects some inputs of ragged" in note for note in report.notes)
+    assert any("the reference rejects some inputs of ragged" in note for note in report.not_compared)
+    assert "runs not compared: 2 both reject" in str(report) and "rejected by the reference: ragged" in str(report)
 
     def accepts_anything(x, q):
         return x.to(torch.float8_e4m3fn), torch.ones(1)
@@ -182,7 +184,7 @@ def test_a_one_argument_candidate_is_checked_rowwise_and_the_report_says_so():
                              te.recipe.Float8CurrentScaling(), cases=["normal"])
     report.assert_ok()
     assert report["normal", "float32", "columnwise"].status == "skipped"
-    assert any("column-wise not checked" in note for note in report.notes)
+    assert any("column-wise not checked" in note for note in report.not_compared)
 
 
 def test_bad_arguments_are_refused_with_the_reason():
@@ -251,3 +253,165 @@ def test_the_ties_case_holds_exact_ties_round_half_away_from_zero_is_caught_wher
                              dtypes=[torch.float32])
     assert [r.case for r in report.failures] == ["ties"]  # fp32 random values never land on a tie
     assert report["ties", "float32", "rowwise"].code_mismatches > 1000
+
+
+# ------------------------------------------------------------------ the delayed-scaling amax
+def _delayed_cast(x, quantizer):
+    """A correct delayed-scaling cast: the given scale, clamp, cast; the orientation asked for."""
+    data = (x.float() * quantizer.scale).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return data if quantizer.rowwise_usage else data.t().contiguous(), torch.reciprocal(quantizer.scale)
+
+
+def _max_skipping_nan(x, take_abs=True):
+    v = x.float().abs() if take_abs else x.float()
+    return torch.where(torch.isnan(v), torch.full_like(v, -torch.inf), v).amax().clamp_min(0).reshape(1)
+
+
+DELAYED_CASES = ["normal", "constant", "nan", "at_and_past_max"]
+
+
+def test_an_amax_recorded_without_abs_is_caught():
+    def records_signed_max(x, quantizer):
+        quantizer.amax.copy_(torch.fmax(quantizer.amax, _max_skipping_nan(x, take_abs=False)))  # the bug: no abs
+        return _delayed_cast(x, quantizer)
+
+    report = check_quantizer(records_signed_max, make_recipe("fp8_delayed_scaling"), cases=DELAYED_CASES)
+    assert not report.ok  # before: ok, every code and scale_inv equal, the amax never looked at
+    assert {r.case for r in report.failures} == {"constant"}  # the only case whose largest magnitude is negative
+    # Every value -3: the signed max, accumulated into 0, leaves the buffer at 0: caught all the same.
+    constant = report["constant", "bfloat16", "columnwise"]
+    assert constant.status == "differs" and constant.code_mismatches == 0 and constant.scale_mismatches == 0
+    assert "amax not recorded in quantizer.amax (still 0), expected 3.0" in constant.detail
+    assert any(c.startswith("amax, bit for bit: recorded in quantizer.amax") for c in report.compared)
+
+    def overwrites_with_signed_max(x, quantizer):
+        quantizer.amax = torch.full((1,), float(x.float().nan_to_num(nan=0.0).max()))  # no abs, rebound
+        return _delayed_cast(x, quantizer)
+
+    rebound = check_quantizer(overwrites_with_signed_max, make_recipe("fp8_delayed_scaling"), cases=["constant"])
+    assert all("amax recorded in quantizer.amax -3.0 != expected 3.0" in r.detail for r in rebound.runs)
+
+
+def test_an_amax_returned_without_abs_is_caught_and_a_right_one_passes():
+    def returns(take_abs):
+        def candidate(x, quantizer):
+            return (*_delayed_cast(x, quantizer), _max_skipping_nan(x, take_abs))
+        return candidate
+
+    wrong = check_quantizer(returns(False), make_recipe("fp8_delayed_scaling"), cases=DELAYED_CASES)
+    assert not wrong.ok
+    assert "amax returned 0.0 != expected 3.0" in wrong["constant", "float16", "rowwise"].detail
+    right = check_quantizer(returns(True), make_recipe("fp8_delayed_scaling"), cases=DELAYED_CASES)
+    right.assert_ok()
+    assert any(c.startswith("amax, bit for bit: returned") for c in right.compared)
+    assert not any("amax" in n for n in right.not_compared)
+
+
+def test_the_reference_records_the_amax_and_passes():
+    report = check_quantizer(lambda x, q: q(x), make_recipe("fp8_delayed_scaling"), cases=DELAYED_CASES)
+    report.assert_ok()
+    assert "amax, bit for bit: recorded in quantizer.amax (24 runs; held to it in every run)" in report.compared
+
+
+def test_an_amax_the_candidate_never_gives_is_reported_as_not_compared():
+    report = check_quantizer(_delayed_cast, make_recipe("fp8_delayed_scaling"), cases=DELAYED_CASES)
+    report.assert_ok()
+    assert any(n.startswith("amax not compared: the candidate never provided it (delayed scaling's next scale "
+                            "comes from it); to check it, return (data, scale_inv, amax)") for n in report.not_compared)
+    lines = str(report).splitlines()
+    assert any(line.startswith("  - amax not compared:") for line in lines[lines.index("not compared:"):])
+
+
+# ------------------------------------------------------------------ saturation
+def _cs_without_clamp(fp8_dtype):
+    fmax = torch.finfo(fp8_dtype).max
+
+    def candidate(x, quantizer):
+        amax = _amax(x)
+        scale = torch.tensor([fmax]) / amax
+        scale = torch.where((amax == 0) | torch.isinf(amax), torch.ones_like(scale), scale)
+        scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX), scale)
+        data = (x.float() * scale).to(fp8_dtype)  # the bug: no clamp to +-max before the cast
+        if quantizer.columnwise_usage:
+            data = data.reshape(-1, x.shape[-1]).t().contiguous()
+        return data, torch.reciprocal(scale)
+
+    return candidate
+
+
+def test_a_missing_clamp_is_reported_where_torchs_cast_saturates_and_caught_where_it_does_not():
+    from refops.testing.quantizers.saturation import native_saturation
+
+    report = check_quantizer(_cs_without_clamp(torch.float8_e4m3fn), te.recipe.Float8CurrentScaling(),
+                             cases=["normal", "inf"])
+    if native_saturation(torch.float8_e4m3fn, torch.device("cpu"))["inf"]:  # torch >= 2.13: the bytes are equal
+        report.assert_ok()
+        [note] = [n for n in report.not_compared if n.startswith("saturation:")]
+        assert note.startswith(f"saturation: not distinguishable on this torch ({torch.__version__}): the cast to "
+                               "float8_e4m3fn saturates")
+        assert "6 compared runs (inf)" in note
+    else:  # torch <= 2.11: the cast gives NaN
+        assert report["inf", "float32", "rowwise"].status == "differs"
+
+
+def test_a_missing_clamp_before_an_e5m2_cast_is_caught_on_every_torch():
+    quantizer = Float8CurrentScalingQuantizer(DType.kFloat8E5M2)
+    report = check_quantizer(_cs_without_clamp(torch.float8_e5m2), quantizer, cases=["normal", "inf"])
+    assert [r.case for r in report.failures] == ["inf"] * 6  # inf * 1 -> inf, not 57344
+    assert any(c.startswith("saturation: the clamp to ±57344 before the cast to float8_e5m2 is visible on this torch")
+               for c in report.compared)
+    assert report["normal", "float32", "rowwise"].past_max == 0 and report["inf", "float32", "rowwise"].past_max == 2
+
+
+def test_delayed_scaling_counts_the_values_its_stale_scale_pushes_past_the_max():
+    report = check_quantizer(lambda x, q: q(x), make_recipe("fp8_delayed_scaling"), cases=["at_and_past_max"],
+                             dtypes=[torch.float32])
+    run = report["at_and_past_max", "float32", "rowwise"]
+    assert run.past_max == run.elements  # the scale is for amax / 4, every value is at least amax / 2
+    normal = check_quantizer(lambda x, q: q(x), make_recipe("fp8_delayed_scaling"), cases=["normal"])
+    assert {r.past_max for r in normal.runs} == {0}
+
+
+# ------------------------------------------------------------------ the report's shape
+def test_a_failing_report_leads_with_what_failed_and_summarizes_what_passed():
+    report = check_quantizer(fp8_cs_dividing, te.recipe.Float8CurrentScaling())
+    lines = str(report).splitlines()
+    assert lines[0].endswith(f"(role input): FAILED: {len(report.failures)} of 58 compared runs differ")
+    assert lines[2] == f"failed runs ({len(report.failures)}):"
+    header = lines[3]
+    assert header.split()[-4:] == ["values", "differ", "scale_inv", "differ"]  # the column says what it holds
+    rows = lines[4 : 4 + len(report.failures)]
+    assert all(" differs " in row for row in rows)
+    assert not any(" ok " in line for line in lines)  # passing runs are counted, not listed
+    passed = next(i for i, line in enumerate(lines) if line.startswith("passed (role input): "))
+    assert passed > lines.index("first mismatches (the first of every failing run first):")
+    assert lines[passed].endswith("by usage: rowwise " + f"{58 - len(report.failures)}/58")
+    assert "ties 2/3" in lines[passed + 1] and "normal 3/3" in lines[passed + 1]
+    assert len(lines) < 70  # before: 90 lines, 58 of them rows
+    table = report.table().splitlines()
+    assert len(table) == 1 + len(report.runs)  # every run, on request
+
+
+def test_mismatches_name_the_scale_they_show_scale_inv():
+    def dividing(x, quantizer):
+        scale_inv = _amax(x) / 448.0
+        data = (x.float() / scale_inv).clamp(-448, 448).to(torch.float8_e4m3fn)
+        return data if quantizer.rowwise_usage else data.t().contiguous(), scale_inv
+
+    report = check_quantizer(dividing, te.recipe.Float8CurrentScaling(), cases=["ties"], dtypes=[torch.float32])
+    first = report.mismatches[0]
+    assert " scale_inv " in str(first) and " scale " not in str(first)
+    assert first.expected_scale_inv == first.expected_scale  # the former name still answers
+    assert float(first.expected_scale_inv) == pytest.approx(TIE_AMAX_SCALE_INV)
+
+
+TIE_AMAX_SCALE_INV = 8.076315879821777 / 448  # the ties case's amax over E4M3's max: scale_inv, not scale
+
+
+def test_a_passing_report_is_short_and_says_what_it_compared():
+    report = check_quantizer(fp8_cs_multiplying, te.recipe.Float8CurrentScaling())
+    lines = str(report).splitlines()
+    assert lines[0].endswith("ok: 116 of 116 compared runs pass")
+    assert "passed (role input): 116 of 116 compared runs; by usage: rowwise 58/58, columnwise 58/58" in lines
+    assert "compared:" in lines and "not compared:" in lines
+    assert len(lines) < 15

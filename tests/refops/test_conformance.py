@@ -11,12 +11,14 @@ constructor (TE issue 2528).
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
 import torch
 
 import refops as te
+from refops.quantization import DType, Float8CurrentScalingQuantizer, Float8Tensor, QuantizedTensor
 from refops.ops.basic.basic_linear import BasicLinear
 from refops.ops.basic.grouped_linear import GroupedLinear
 from refops.ops.basic.layer_norm import LayerNorm
@@ -269,16 +271,20 @@ def test_reset_parameters_that_differs_from_eager_construction_is_a_violation(de
     ]
 
 
-def test_report_renders_as_a_table(device):
+def test_report_renders_as_a_table_that_leads_with_the_violations(device):
     report = check_lifecycle(lambda d: ResetDrifts(8, device=d), device=device, inputs=_x(2, 8))
     lines = str(report).splitlines()
-    assert lines[0] == f"lifecycle conformance of ResetDrifts on {device}: VIOLATED"
+    assert lines[0] == (f"lifecycle conformance of ResetDrifts on {device}: VIOLATED (1 of 11 properties): "
+                        "1 violated, 7 held, 3 not applicable")
     assert lines[1].split() == ["property", "status", "evidence"]
     assert set(lines[2].replace(" ", "")) == {"-"}
     rows = lines[3:]
     assert len(rows) == len(PROPERTIES)
+    order = [VIOLATED, HELD, NOT_CHECKED, NOT_APPLICABLE]
+    expected = sorted(report, key=lambda r: order.index(r.status))  # stable: property order within a status
+    assert expected[0].name == "eager_values_after_to_empty"  # the violation first
     status_column = lines[1].index("status")
-    for row, result in zip(rows, report):
+    for row, result in zip(rows, expected):
         assert row.startswith(result.name)
         assert row[status_column:].startswith(str(result.status))
         assert row.rstrip().endswith(result.evidence)
@@ -366,3 +372,186 @@ def test_a_mixed_composite_is_not_expected_to_materialize_by_itself(device):
     report.assert_ok()
     assert report["eager_values_after_to_empty"].status is HELD
     assert "leaves 1.bias, 1.weight of Sequential on meta" in report["eager_values_after_reset_parameters"].evidence
+
+
+# ------------------------------------------------------------ quantized weights keep their kind
+def _quantized(build, recipe_name="mxfp8"):
+    from refops.testing import make_recipe
+
+    def factory(d):
+        with te.quantized_model_init(enabled=True, recipe=make_recipe(recipe_name)):
+            return build(d)
+
+    return factory
+
+
+class DequantizesOnMaterialization(BasicLinear):
+    """The planted bug: materializing from meta dequantizes the quantized weight, in place (the same object).
+    The values are the eager module's bit for bit; only the kind of tensor differs."""
+
+    def _place_parameter_value(self, name, value):
+        if self._parameters[name].is_meta and isinstance(value, QuantizedTensor):
+            value = value.dequantize()
+        super()._place_parameter_value(name, value)
+
+
+def test_a_quantized_weight_dequantized_in_place_at_materialization_is_a_violation(device):
+    report = check_lifecycle(_quantized(lambda d: DequantizesOnMaterialization(64, 32, device=d)), device=device,
+                             inputs=_x(32, 64))
+    # Before: every property held (the values, the object, the grads are all the eager module's).
+    assert [r.name for r in report.violations] == ["eager_values_after_reset_parameters",
+                                                   "eager_values_after_first_forward"]
+    evidence = report["eager_values_after_reset_parameters"].evidence
+    assert evidence.startswith("after reset_parameters: weight is a plain float32 tensor, expected MXFP8Tensor (")
+    assert "_rowwise_data" in evidence and "_columnwise_scale_inv" in evidence
+
+
+class DequantizesOnLoad(BasicLinear):
+    """Dequantizes its weight, in place, after loading a checkpoint."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register_load_state_dict_post_hook(lambda module, keys: module._dequantize_weight())
+
+    def _dequantize_weight(self):
+        if isinstance(self.weight, QuantizedTensor):
+            self._place_parameter_value("weight", self.weight.dequantize())
+
+
+def test_a_quantized_weight_must_keep_its_kind_across_the_lifecycle_steps(device):
+    report = check_lifecycle(_quantized(lambda d: DequantizesOnLoad(32, 16, device=d), "fp8_current_scaling"),
+                             device=device, inputs=_x(16, 32))
+    assert [r.name for r in report.violations] == ["load_state_dict_assign_into_meta", "checkpoint_round_trip"]
+    expected = "tensor weight is a plain float32 tensor, expected Float8Tensor (_data, _transpose, _scale_inv)"
+    assert expected in report["load_state_dict_assign_into_meta"].evidence
+    assert expected in report["checkpoint_round_trip"].evidence
+
+
+@pytest.mark.parametrize("recipe_name", ["fp8_delayed_scaling", "mxfp8", "fp8_block_scaling", "nvfp4"])
+def test_refops_quantized_weights_hold_every_property(recipe_name, device):
+    report = check_lifecycle(_quantized(lambda d: te.ops.Linear(64, 32, device=d), recipe_name), device=device,
+                             inputs=_x(32, 64))
+    assert _statuses(report) == {p: HELD for p in PROPERTIES}, str(report)
+
+
+# ------------------------------------------------------------ false positives found on TransformerEngine
+class EmptyStorageFloat8Tensor(Float8Tensor):
+    """What TE's quantized tensors do: the wrapper reports an empty storage (data pointer 0); the bytes are
+    in its inner tensors."""
+
+    def untyped_storage(self):
+        return torch.UntypedStorage(0, device=self.device)
+
+
+class TELikeQuantizedLinear(torch.nn.Module):
+    """An FP8 weight held as an EmptyStorageFloat8Tensor; ``share_on_copy`` plants a deepcopy that shares
+    the FP8 bytes with the original."""
+
+    share_on_copy = False
+
+    def __init__(self, device=None):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(8, 16, device=device))
+        if not self.weight.is_meta:
+            self.reset_parameters()
+
+    def reset_parameters(self):
+        device = torch.get_default_device() if self.weight.is_meta else self.weight.device
+        values = torch.nn.init.normal_(torch.empty(8, 16, device=device))
+        q = Float8CurrentScalingQuantizer(DType.kFloat8E4M3)(values)
+        weight = EmptyStorageFloat8Tensor(q.shape, q.dtype, **q.get_metadata())
+        torch.utils.swap_tensors(self.weight, torch.nn.Parameter(weight, requires_grad=self.weight.requires_grad))
+
+    def forward(self, x):
+        return x @ self.weight.dequantize().t()
+
+    def __deepcopy__(self, memo):
+        cls = type(self)
+        clone = cls.__new__(cls)
+        memo[id(self)] = clone
+        for key, value in self.__dict__.items():
+            clone.__dict__[key] = copy.deepcopy(value, memo)
+        if self.share_on_copy:
+            clone.weight._data = self.weight._data
+        return clone
+
+
+class SharingTELikeQuantizedLinear(TELikeQuantizedLinear):
+    share_on_copy = True
+
+
+def test_a_deepcopied_quantized_weight_with_an_empty_wrapper_storage_shares_nothing(device):
+    report = check_lifecycle(TELikeQuantizedLinear, device=device, inputs=_x(4, 16))
+    # Before: "the copy shares the storage of weight": both wrappers report data pointer 0.
+    result = report["deepcopy_keeps_aliases_and_shares_nothing"]
+    assert result.status is HELD, result.evidence
+    shared = check_lifecycle(SharingTELikeQuantizedLinear, device=device, inputs=_x(4, 16))
+    assert "the copy shares the storage of weight" in shared["deepcopy_keeps_aliases_and_shares_nothing"].evidence
+
+
+def test_recipe_state_a_meta_build_holds_is_found_and_named(device):
+    from refops.testing.lifecycle.materialization import held_state
+
+    with te.quantized_model_init(enabled=True, recipe=te.recipe.DelayedScaling()):
+        module = te.ops.Sequential(te.ops.Linear(16, 8, device="meta"))
+    state = held_state(module, device)
+    assert sorted(state) == [f"0.basic_ops.0._recipe_states['{mode}'].{name}"
+                             for mode in ("backward", "forward") for name in ("amax_history", "scale")]
+    assert all(p.is_meta for p in module.parameters())
+
+
+def test_bytes_a_meta_build_allocates_for_recipe_state_are_no_violation_and_others_are(monkeypatch):
+    """On a GPU the allocator counts what construction allocates; here a counter stands in for it."""
+    from refops.testing.lifecycle import materialization
+    from refops.testing.lifecycle.probe import Subject
+
+    def factory(d):
+        with te.quantized_model_init(enabled=True, recipe=te.recipe.DelayedScaling()):
+            return te.ops.Linear(16, 8, device=d)
+
+    # The recipe state of one Linear: forward amax history (1024, 2) and scale (2,), backward (1024, 1) and (1,).
+    state_bytes = 8192 + 512 + 4096 + 512
+    counter = iter([0, state_bytes, 0, state_bytes + 4096])
+    monkeypatch.setattr(materialization, "MEASURED_DEVICE_TYPES", ("cpu",))
+    monkeypatch.setattr(materialization, "_bytes_ever_allocated", lambda device: next(counter))
+    subject = Subject(factory, torch.device("cpu"), None, 0)
+    evidence = materialization.zero_allocation_on_meta(subject)
+    assert f"the {state_bytes} bytes allocated on cpu meanwhile are state held outside parameters and buffers (" \
+        in evidence and "_recipe_states['forward'].amax_history (1024, 2)" in evidence
+    with pytest.raises(materialization.Violation, match=rf"construction allocated {state_bytes + 4096} bytes on cpu, "
+                                                         rf"of which {state_bytes} are held outside parameters"):
+        materialization.zero_allocation_on_meta(subject)
+
+
+def test_a_quantized_op_built_on_meta_holds_zero_allocation_on_the_device(device):
+    """On CUDA the allocator is measured: a delayed-scaling op's recipe state is named, not a violation."""
+    report = check_lifecycle(_quantized(lambda d: te.ops.Linear(64, 32, device=d), "fp8_delayed_scaling"),
+                             device=device)
+    result = report["zero_allocation_on_meta"]
+    assert result.status is HELD, result.evidence
+    if device.type == "cuda":
+        assert "state held outside parameters and buffers" in result.evidence
+
+
+def test_a_stale_transposed_copy_is_cache_not_quantization_state():
+    """TE's Float8Tensor marks its transposed copy stale after an in-place update (transpose_invalid=True)
+    and rebuilds it when needed: two weights that differ only there hold the same quantization state."""
+    from refops.testing.lifecycle.evidence import quantization_differences
+
+    class TELikeFloat8Tensor(Float8Tensor):
+        def __tensor_flatten__(self):
+            names, context = super().__tensor_flatten__()
+            return names, {"nontensor_kwargs": {**context, "transpose_invalid": self.__dict__.get("stale", False)}}
+
+    def weight(stale_transpose: bool):
+        q = Float8CurrentScalingQuantizer(DType.kFloat8E4M3)(torch.linspace(-1, 1, 32).reshape(4, 8))
+        t = TELikeFloat8Tensor(q.shape, q.dtype, **q.get_metadata())
+        if stale_transpose:
+            t._transpose = torch.zeros_like(t._transpose)  # old bytes
+            t.stale = True
+        return t
+
+    assert quantization_differences(weight(True), weight(False)) == []
+    fresh_but_wrong = weight(False)
+    fresh_but_wrong._transpose = torch.zeros_like(fresh_but_wrong._transpose)
+    assert quantization_differences(fresh_but_wrong, weight(False)) == ["_transpose differs in 32 bytes"]

@@ -90,3 +90,40 @@ def test_requesting_cuda_without_a_gpu_is_a_usage_error(pytester):
     result = pytester.runpytest("--device", "cuda")
     assert result.ret != 0
     result.stderr.fnmatch_lines(["*--device cuda was requested but torch reports no CUDA device*"])
+
+
+NESTED_TEST = "def test_x(device):\n    assert device.type == 'cpu'\n"
+
+
+def test_a_nested_conftest_cannot_enable_the_plugin_and_the_documented_ways_can(pytester):
+    """pytest's rule, which docs/oracle.md and the plugin's docstring state: pytest_plugins only in the
+    top-level conftest.py; -p (or addopts) works wherever the tests are."""
+    pytester.makepyfile(**{"tests/unit/conftest.py": 'pytest_plugins = ["refops.testing.pytest_plugin"]\n',
+                           "tests/unit/test_nested.py": NESTED_TEST})
+    nested = pytester.runpytest("-p", "no:cacheprovider")
+    assert nested.ret != 0
+    nested.stdout.fnmatch_lines(["*Defining 'pytest_plugins' in a non-top-level conftest is no longer supported*"])
+
+    (pytester.path / "tests" / "unit" / "conftest.py").write_text("")
+    with_p = pytester.runpytest("-p", "no:cacheprovider", "-p", "refops.testing.pytest_plugin", "--device", "cpu")
+    with_p.assert_outcomes(passed=1)
+
+    pytester.makeini("[pytest]\naddopts = -p refops.testing.pytest_plugin\n")
+    with_addopts = pytester.runpytest("-p", "no:cacheprovider", "--device", "cpu")
+    with_addopts.assert_outcomes(passed=1)
+
+    (pytester.path / "tox.ini").unlink()  # what makeini wrote
+    pytester.makeconftest('pytest_plugins = ["refops.testing.pytest_plugin"]\n')
+    top_level = pytester.runpytest("-p", "no:cacheprovider", "--device", "cpu")
+    top_level.assert_outcomes(passed=1)
+
+
+def test_the_docs_and_the_docstring_state_the_rule_and_the_alternatives():
+    import pathlib
+
+    import refops.testing.pytest_plugin as plugin
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "oracle.md").read_text()
+    for text in (plugin.__doc__, page):
+        assert "non-top-level conftest" in text and "top-level" in text
+        assert "-p refops.testing.pytest_plugin" in text and "addopts" in text

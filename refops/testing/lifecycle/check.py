@@ -22,6 +22,7 @@ when it follows PyTorch's ``to_empty()`` convention instead.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable, Optional
 
 import torch
@@ -83,20 +84,100 @@ def check_lifecycle(
         A :class:`LifecycleReport` with one result per property of :data:`PROPERTIES`.
 
     Raises:
-        ValueError: ``device`` is ``meta``.
+        TypeError: ``factory`` is a module rather than a function that builds one, cannot be called
+            as ``factory(device)``, returns something other than a module, or builds its parameters
+            off meta when given ``meta`` (it does not pass its device on); ``inputs`` is not a
+            callable or does not return a tuple; ``lazy`` is not a bool or None.
+        ValueError: ``device`` is ``meta``, not a device, or CUDA where there is none.
     """
-    device = torch.device(device) if device is not None else torch.get_default_device()
-    if device.type == "meta":
-        raise ValueError("check_lifecycle: device must be a real device (the checks build on meta themselves)")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _target_device(device)
+    _check_callable("factory", factory, "factory(device) -> torch.nn.Module",
+                    "factory=lambda device: MyModule(..., device=device)")
+    if inputs is not None:
+        _check_callable("inputs", inputs, "inputs(device) -> tuple of forward arguments",
+                        "inputs=lambda device: (torch.randn(4, 16, device=device),)")
+    if lazy is not None and not isinstance(lazy, bool):
+        raise TypeError(f"check_lifecycle: lazy must be True, False or None, got {type(lazy).__name__} {lazy!r}")
     rng_devices = [device] if device.type == "cuda" else []
     with torch.random.fork_rng(devices=rng_devices), torch.device(device), torch.enable_grad():
+        name = _check_factory_builds_on_meta(factory)
         torch.manual_seed(seed)
-        args = None if inputs is None else tuple(inputs(device))
+        args = None if inputs is None else _forward_arguments(inputs, device)
         subject = Subject(factory, device, args, seed, lazy)
         results = tuple(_check(name, check, subject) for name, check in PROPERTIES.items())
-        return LifecycleReport(_subject_name(factory), str(device), results)
+        return LifecycleReport(name, str(device), results)
+
+
+def _target_device(device: Optional[torch.device | str]) -> torch.device:
+    """The real device to materialize on; index-less ``cuda`` is the current CUDA device."""
+    try:
+        device = torch.device(device) if device is not None else torch.get_default_device()
+    except (RuntimeError, TypeError) as error:
+        raise ValueError(f"check_lifecycle: device must be a torch device or its name, got {device!r} ({error})")
+    if device.type == "meta":
+        raise ValueError("check_lifecycle: device must be a real device (the checks build on meta themselves)")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"check_lifecycle: device {device} was asked for, but torch reports no CUDA device")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def _check_callable(argument: str, value: Any, protocol: str, example: str) -> None:
+    """``value`` is a callable that takes the device as its one positional argument."""
+    if isinstance(value, torch.nn.Module):
+        raise TypeError(
+            f"check_lifecycle: {argument} must be a function, {protocol}, not a module: the check builds the module "
+            f"many times, on meta and on the device, so it needs to know how (write {example})"
+        )
+    if not callable(value):
+        raise TypeError(f"check_lifecycle: {argument} must be a callable, {protocol}; got {type(value).__name__} "
+                        f"(write {example})")
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):
+        return  # a builtin or an extension type: its call will tell
+    try:
+        signature.bind(torch.device("meta"))
+    except TypeError as error:
+        name = getattr(value, "__qualname__", type(value).__name__)
+        raise TypeError(
+            f"check_lifecycle: {argument} must take the device as its one positional argument, {protocol}; "
+            f"{name}{signature} cannot be called that way ({error}) (write {example})"
+        ) from None
+
+
+def _forward_arguments(inputs: Callable[[torch.device], Any], device: torch.device) -> tuple[Any, ...]:
+    args = inputs(device)
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(
+            f"check_lifecycle: inputs(device) must return a tuple of forward arguments, got {type(args).__name__} "
+            "(a single input is a tuple of one: lambda device: (x,))"
+        )
+    return tuple(args)
+
+
+def _check_factory_builds_on_meta(factory: Callable[[torch.device], Any]) -> str:
+    """Build once on meta: what the report calls the subject. A factory that returns no module, or
+    whose module's parameters are all real when it is given ``meta``, is misused, not a module that
+    breaks every property. A factory that raises is left to the properties (that is evidence)."""
+    try:
+        module = factory(torch.device("meta"))
+    except Exception:  # noqa: BLE001  (the properties report the failure itself)
+        return getattr(factory, "__qualname__", repr(factory))
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"check_lifecycle: factory(device) must return a torch.nn.Module, got {type(module).__name__}")
+    params = dict(module.named_parameters())
+    tensors = {**params, **dict(module.named_buffers())}
+    if params and not any(t.is_meta for t in tensors.values()):
+        where = sorted({str(t.device) for t in tensors.values()})
+        raise TypeError(
+            f"check_lifecycle: factory(torch.device('meta')) built {type(module).__name__} with every parameter and "
+            f"buffer on {', '.join(where)}: the factory must build on the device it is given "
+            f"(lambda device: {type(module).__name__}(..., device=device)); a module that ignores device='meta' "
+            "cannot be built deferred, which is what this check is about"
+        )
+    return type(module).__name__
 
 
 def _check(name: str, check: Check, subject: Subject) -> PropertyResult:
@@ -112,10 +193,3 @@ def _check(name: str, check: Check, subject: Subject) -> PropertyResult:
     except Exception as error:  # noqa: BLE001  (the module failed somewhere the check did not expect)
         return PropertyResult(name, Status.VIOLATED, f"raised {describe_exception(error)}", description)
 
-
-def _subject_name(factory: Callable[[torch.device], torch.nn.Module]) -> str:
-    """The class name of what the factory builds (on meta, so nothing is allocated)."""
-    try:
-        return type(factory(torch.device("meta"))).__name__
-    except Exception:  # noqa: BLE001  (the properties report the failure itself)
-        return getattr(factory, "__qualname__", repr(factory))

@@ -10,6 +10,8 @@ ecosystem notes (the best-in-class deferred-init contract).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from .evidence import (
@@ -22,11 +24,14 @@ from .evidence import (
     named_tensors,
     output_tensors,
     plural,
+    quantization_state,
+    storage_keys,
     weighted_sum,
 )
 from .probe import NotApplicable, Subject, Violation, over_paths
 
 __all__ = [
+    "held_state",
     "zero_allocation_on_meta",
     "eager_values_after_reset_parameters",
     "eager_values_after_to_empty",
@@ -38,22 +43,97 @@ __all__ = [
 
 
 def zero_allocation_on_meta(s: Subject) -> str:
-    """Built on ``meta``, every parameter and buffer is a meta tensor and no device memory is allocated."""
-    cuda = s.device.type == "cuda"
-    before = _bytes_ever_allocated(s.device) if cuda else 0
+    """Built on ``meta``, every parameter and buffer is a meta tensor and no device memory goes to them.
+
+    The contract (``docs/lifecycle.md``: "shape and dtype only, no storage") is about the
+    model's tensors, whose size is the model's: a meta build lets a large model allocate
+    nothing until it is sharded or placed. A quantized op's recipe state (delayed
+    scaling's amax history and scales, a few KiB per op) is not a parameter: TE and refops
+    both create it at construction under ``quantized_model_init``, on the device the op
+    will run on. Bytes held by such tensors are named in the evidence, not counted as a
+    violation; any other byte allocated during construction is.
+    """
+    measured = s.device.type in MEASURED_DEVICE_TYPES
+    before = _bytes_ever_allocated(s.device) if measured else 0
     module = s.meta()
-    allocated = _bytes_ever_allocated(s.device) - before if cuda else 0
+    allocated = _bytes_ever_allocated(s.device) - before if measured else 0
     params, buffers = dict(module.named_parameters()), dict(module.named_buffers())
     if not params and not buffers:
         raise NotApplicable("the module has no parameters or buffers")
     real = sorted(f"{name} ({t.device})" for name, t in {**params, **buffers}.items() if not t.is_meta)
     problems = [f"not on meta: {', '.join(real)}"] if real else []
-    if allocated:
-        problems.append(f"construction allocated {allocated} bytes on {s.device}")
+    state = held_state(module, s.device) if allocated else {}
+    explained = sum(_allocator_bytes(t) for t in state.values())
+    if allocated > explained:
+        held = f", of which {explained} are held outside parameters and buffers ({_names(state)})" if state else ""
+        problems.append(f"construction allocated {allocated} bytes on {s.device}{held}")
     if problems:
         raise Violation("; ".join(problems))
-    memory = f"; no bytes allocated on {s.device} meanwhile" if cuda else ""
+    memory = ""
+    if measured:
+        memory = f"; no bytes allocated on {s.device} meanwhile"
+        if allocated:
+            memory = (f"; the {allocated} bytes allocated on {s.device} meanwhile are state held outside parameters "
+                      f"and buffers ({_names(state)}), not parameter storage")
     return f"all {plural(len(params), 'parameter')} and {plural(len(buffers), 'buffer')} are meta{memory}"
+
+
+def held_state(module: torch.nn.Module, device: torch.device, depth: int = 5) -> dict[str, torch.Tensor]:
+    """Tensors on ``device`` that ``module`` holds outside its parameters and buffers, by attribute path
+    (``"basic_ops.0._recipe_states['forward'].amax_history"``), each storage once.
+
+    Found by walking the attributes of every submodule, through dicts, lists and plain
+    objects (recipe states, quantizers), ``depth`` levels deep.
+    """
+    found: dict[str, torch.Tensor] = {}
+    seen: set[int] = set()
+    storages: set[tuple] = set()
+
+    def visit(value: Any, path: str, level: int) -> None:
+        if id(value) in seen or level > depth:
+            return
+        seen.add(id(value))
+        if isinstance(value, torch.Tensor):
+            inner = quantization_state(value)[1]
+            if inner:  # a quantized tensor: its bytes are in its inner tensors
+                for name, item in inner.items():
+                    visit(item, f"{path}.{name}", level + 1)
+            elif value.device == device and storage_keys(value) - storages:
+                storages.update(storage_keys(value))
+                found[path] = value
+            return
+        if isinstance(value, torch.nn.Module):
+            return  # submodules are walked from module.named_modules()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                visit(item, f"{path}[{key!r}]", level + 1)
+        elif isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                visit(item, f"{path}[{i}]", level + 1)
+        elif hasattr(value, "__dict__") and not isinstance(value, type):
+            for key, item in vars(value).items():
+                visit(item, f"{path}.{key}", level + 1)
+
+    for prefix, sub in module.named_modules():
+        for key, value in vars(sub).items():
+            if key not in ("_parameters", "_buffers", "_modules"):
+                visit(value, f"{prefix}.{key}" if prefix else key, 1)
+    return found
+
+
+def _allocator_bytes(t: torch.Tensor) -> int:
+    """What the CUDA caching allocator counts for ``t``'s storage: its size rounded up to 512 bytes."""
+    return -(-t.untyped_storage().nbytes() // 512) * 512
+
+
+def _names(state: dict[str, torch.Tensor]) -> str:
+    shown = [f"{path} {tuple(t.shape)}" for path, t in list(state.items())[:4]]
+    more = f", and {len(state) - 4} more" if len(state) > 4 else ""
+    return ", ".join(shown) + more
+
+
+#: The device types whose allocations construction is measured on (CPU allocations are not counted).
+MEASURED_DEVICE_TYPES = ("cuda",)
 
 
 def _bytes_ever_allocated(device: torch.device) -> int:

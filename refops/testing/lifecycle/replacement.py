@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import io
-from typing import Optional
-
 import torch
 
 from .evidence import (
@@ -27,6 +25,8 @@ from .evidence import (
     max_difference,
     named_tensors,
     plural,
+    quantization_differences,
+    storage_keys,
 )
 from .probe import NotApplicable, Subject, Violation
 
@@ -150,6 +150,9 @@ def no_stale_cache_after_replacement(s: Subject) -> str:
                 problems.append(f"after {how}({through}) the grad of {name} changed (max |diff| {diff})")
             if old.grad is not None:
                 problems.append(f"after {how}({through}) the replaced {name} (id {id(old):#x}) got a grad")
+            changed = quantization_differences(new, old)  # the forward must use it as given: not dequantize it
+            if changed:
+                problems.append(f"after {how}({through}) and a forward, the new {name} " + "; ".join(changed))
         done.append(f"{how}({', '.join(through for _, through, _, _ in replaced)})")
     if problems:
         raise Violation("; ".join(problems))
@@ -193,15 +196,6 @@ def _clone_keeping_ties(state: dict) -> dict:
     return out
 
 
-def _storage_key(t: torch.Tensor) -> Optional[tuple]:
-    if t.is_meta or t.numel() == 0:
-        return None
-    try:
-        return (t.device, t.untyped_storage().data_ptr())
-    except (RuntimeError, NotImplementedError):
-        return None
-
-
 def deepcopy_keeps_aliases_and_shares_nothing(s: Subject) -> str:
     """``copy.deepcopy`` keeps the alias structure and shares no tensor object or storage with the original."""
     module = s.eager()
@@ -216,8 +210,8 @@ def deepcopy_keeps_aliases_and_shares_nothing(s: Subject) -> str:
     shared = sorted(n for n, t in copies.items() if any(t is o for o in originals.values()))
     if shared:
         problems.append(f"the copy shares the objects of {', '.join(shared)}")
-    storages = {_storage_key(t) for t in originals.values()} - {None}
-    shared_storage = sorted(n for n, t in copies.items() if _storage_key(t) in storages)
+    storages = set().union(*(storage_keys(t) for t in originals.values()))
+    shared_storage = sorted(n for n, t in copies.items() if storage_keys(t) & storages)
     if shared_storage:
         problems.append(f"the copy shares the storage of {', '.join(shared_storage)}")
     problems += compare_tensors(copies, originals, what="copied tensor")

@@ -91,9 +91,15 @@ class LifecycleReport:
         raise AssertionError("\n".join(lines))
 
     def __str__(self) -> str:
-        """A title line, then a table with one row per property: name, status and evidence."""
-        rows = [("property", "status", "evidence")] + [(r.name, str(r.status), r.evidence) for r in self.results]
+        """A title with the counts, then a table with one row per property: the violated ones first, then
+        those held, then those not checked and not applicable (their evidence says why)."""
+        order = [Status.VIOLATED, Status.HELD, Status.NOT_CHECKED, Status.NOT_APPLICABLE]
+        ordered = sorted(self.results, key=lambda r: order.index(r.status))
+        rows = [("property", "status", "evidence")] + [(r.name, str(r.status), r.evidence) for r in ordered]
         widths = [max(len(row[column]) for row in rows) for column in (0, 1)]
         rows.insert(1, ("-" * widths[0], "-" * widths[1], "-" * len("evidence")))
-        title = f"lifecycle conformance of {self.subject} on {self.device}: {'ok' if self.ok else 'VIOLATED'}"
+        counts = ", ".join(f"{sum(r.status is s for r in self.results)} {s}" for s in order
+                           if any(r.status is s for r in self.results))
+        verdict = "ok" if self.ok else f"VIOLATED ({len(self.violations)} of {len(self.results)} properties)"
+        title = f"lifecycle conformance of {self.subject} on {self.device}: {verdict}: {counts}"
         return "\n".join([title] + [f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c}" for a, b, c in rows])

@@ -21,7 +21,7 @@ The candidate protocol:
   - ``"quantized_tensor"``: a refops :class:`~refops.quantization.QuantizedTensor`;
   - ``"data_and_scale_inv"``: ``(data, scale_inv)`` or ``(data, scale_inv, amax)``,
     or a dict with ``"data"``, ``"scale_inv"`` (per-tensor FP8 may give
-    ``"scale"``: ``RN(1/scale)`` is compared) and optionally ``"amax"`` (NVFP4),
+    ``"scale"``: ``RN(1/scale)`` is compared) and optionally ``"amax"``,
     in the reference's layout for the usage asked (column-wise FP8 and NVFP4
     data transposed); data as uint8 or a float8 dtype, NVFP4 packed or one code
     a byte; scales padded or cut to the valid region, as stored or decoded to fp32;
@@ -29,13 +29,25 @@ The candidate protocol:
     reference's. This tier cannot see a code and scale that disagree but
     dequantize to the same value; the report says so.
 
-Where the reference rejects an input (an MXFP8 shape that 32 does not divide,
-the RHT on a non-bf16 input), the case is recorded with the reference's error.
+The amax (per-tensor FP8's, which delayed scaling records for the next scale,
+and NVFP4's global one) is compared bit for bit wherever the candidate returns it
+or records it in ``quantizer.amax`` (:mod:`.amax`). Where the reference rejects an
+input (an MXFP8 shape that 32 does not divide, the RHT on a non-bf16 input), the
+case is recorded with the reference's error.
+
+The report (:class:`~refops.testing.quantizers.report.QuantizerCheckReport`) leads
+with the failing runs, summarizes the passing ones, and lists what could not be
+compared: the codes behind a dequantized result, an amax never provided, the
+column-wise orientation of a one-argument candidate, and a missing clamp before
+an FP8 cast that torch's own cast hides by saturating (:mod:`.saturation`). A
+check that compared nothing fails; arguments that would select nothing are a
+``ValueError`` before anything runs (:mod:`.arguments`).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import inspect
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -45,17 +57,15 @@ from ...quantization import Float8Quantizer, NVFP4Quantizer, QuantizedTensor, Qu
 from ...quantization.quantizer import QuantizerRole
 from ...quantization.recipe_state import RecipeState
 from ...recipe import Recipe
-from . import layout
-from .cases import CASES, QuantizerCase, multiplier_for_amax
+from . import amax as amax_check
+from . import layout, saturation
+from .arguments import DTYPES, OUTPUTS, USAGES, check_candidate, check_dtypes, check_usages, planned_runs, select_cases
+from .cases import QuantizerCase, multiplier_for_amax
 from .compare import Comparison, candidate_fields, dequantized_run, first_line, quantized_run
-from .report import CaseRun, QuantizerCheckReport, QuantizerMismatch
+from .report import COMPARED, CaseRun, QuantizerCheckReport, QuantizerMismatch
 
-__all__ = ["check_quantizer", "QuantizerCheckReport", "CaseRun", "QuantizerMismatch", "OUTPUTS"]
+__all__ = ["check_quantizer", "QuantizerCheckReport", "CaseRun", "QuantizerMismatch", "OUTPUTS", "DTYPES", "USAGES"]
 
-#: The output conventions a candidate may declare.
-OUTPUTS = ("quantized_tensor", "data_and_scale_inv", "dequantized")
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-USAGES = ("rowwise", "columnwise")
 DEQUANTIZED_LIMIT = (
     "the dequantized tier compares values only: a code and a scale that disagree with the reference's "
     "but dequantize to the same value are not seen"
@@ -65,6 +75,11 @@ DEQUANTIZED_LIMIT = (
 def _reference_quantizer(quantizer_or_recipe: Union[Quantizer, Recipe], role: str) -> Quantizer:
     """The quantizer to check against: the one given, or the recipe's quantizer for ``role``."""
     if isinstance(quantizer_or_recipe, Quantizer):
+        if role != "input":
+            raise ValueError(
+                f"check_quantizer: role={role!r} chooses a recipe's quantizer; a quantizer "
+                f"({type(quantizer_or_recipe).__name__}) is checked as given, so leave role out"
+            )
         quantizer = quantizer_or_recipe
     elif isinstance(quantizer_or_recipe, Recipe):
         if role not in ("input", "weight", "grad_output"):
@@ -112,7 +127,8 @@ def _takes_quantizer(candidate: Callable[..., Any]) -> bool:
 
 
 def _case_quantizer(reference: Quantizer, x: torch.Tensor, case: QuantizerCase, *usages: str) -> Quantizer:
-    """A fresh quantizer for one run: these usages; for delayed scaling, the scale this case casts with."""
+    """A fresh quantizer for one run: these usages; for delayed scaling, the scale this case casts with;
+    a zero amax where the scheme records one."""
     if isinstance(reference, Float8Quantizer):
         amax = _amax_skipping_nan(x) * case.amax_factor
         scale = torch.tensor([multiplier_for_amax(reference, amax, x.dtype)], dtype=torch.float32, device=x.device)
@@ -120,23 +136,31 @@ def _case_quantizer(reference: Quantizer, x: torch.Tensor, case: QuantizerCase, 
     else:
         q = copy.deepcopy(reference)
     q.set_usage(rowwise="rowwise" in usages, columnwise="columnwise" in usages)
+    amax_check.reset_recorded(q)
     return q
 
 
 def _reference_outputs(reference: Quantizer, case: QuantizerCase, x: torch.Tensor, usages: Sequence[str]):
-    """``{usage: QuantizedTensor or the reference's error}``: both usages at once, or one by one if that fails."""
+    """``{usage: (QuantizedTensor or the reference's error, the amax its quantizer recorded or None)}``:
+    both usages at once, or one by one if that fails."""
     try:
-        both = _case_quantizer(reference, x, case, *usages)(x.clone())
-        return dict.fromkeys(usages, both)
+        q = _case_quantizer(reference, x, case, *usages)
+        both = q(x.clone())
+        return dict.fromkeys(usages, (both, _recorded_amax(q)))
     except Exception:  # noqa: BLE001  (one usage may be what the reference rejects: try each alone)
         pass
     out: dict[str, Any] = {}
     for usage in usages:
         try:
-            out[usage] = _case_quantizer(reference, x, case, usage)(x.clone())
+            q = _case_quantizer(reference, x, case, usage)
+            out[usage] = (q(x.clone()), _recorded_amax(q))
         except Exception as error:  # noqa: BLE001  (recorded: the reference rejects this input)
-            out[usage] = first_line(error)
+            out[usage] = (first_line(error), None)
     return out
+
+
+def _recorded_amax(q: Quantizer) -> Optional[torch.Tensor]:
+    return q.amax.detach().clone() if amax_check.records_amax(q) else None
 
 
 def _amax_skipping_nan(x: torch.Tensor) -> float:
@@ -180,8 +204,8 @@ def check_quantizer(
         quantizer_or_recipe: a refops quantizer, or a recipe (its quantizer for ``role``).
         output: "quantized_tensor", "data_and_scale_inv" or "dequantized" (None: inferred).
         role: for a recipe, which tensor's quantizer: "input", "weight" or "grad_output".
-        dtypes: the input dtypes (default fp32, fp16, bf16).
-        usages: the orientations, "rowwise" and "columnwise".
+        dtypes: the input dtypes, some of fp32, fp16, bf16 (default: all three).
+        usages: the orientations, some of "rowwise" and "columnwise" (default: both).
         cases: only these case names (default: every case of :data:`~refops.testing.quantizers.cases.CASES`).
         device: where the inputs are made (default: torch's default device).
         seed: seeds each case's generator (``seed + position``); the matrix is deterministic.
@@ -189,61 +213,107 @@ def check_quantizer(
             first, at most 8 per run).
 
     Returns:
-        A :class:`QuantizerCheckReport`; ``assert_ok()`` raises with the evidence.
+        A :class:`QuantizerCheckReport`; ``assert_ok()`` raises with the evidence. A report in which no
+        run could be compared (every one skipped or rejected by the reference) is not ok.
+
+    Raises:
+        TypeError: ``candidate`` is not callable; ``usages``, ``dtypes`` or ``cases`` is not a list
+            (a single string or dtype); a one-argument candidate for delayed scaling.
+        ValueError: an empty ``usages``, ``dtypes`` or ``cases``, or a selection that runs nothing
+            (a check that runs nothing must not pass); an unknown usage, case or output; a dtype
+            other than fp32, fp16 and bf16; ``role`` with a quantizer.
     """
+    check_candidate(candidate)
     if output is not None and output not in OUTPUTS:
         raise ValueError(f"check_quantizer: output must be one of {OUTPUTS}, got {output!r}")
-    unknown = sorted(set(usages) - set(USAGES))
-    if unknown:
-        raise ValueError(f"check_quantizer: unknown usages {unknown}; usages are {USAGES}")
+    usages = check_usages(usages)
+    dtypes = check_dtypes(dtypes)
+    if not isinstance(max_mismatches, int) or max_mismatches < 0:
+        raise ValueError(f"check_quantizer: max_mismatches must be an int >= 0, got {max_mismatches!r}")
+    selected = select_cases(cases)
+    plan = planned_runs(selected, dtypes)
     reference = _reference_quantizer(quantizer_or_recipe, role)
     device = torch.device(device) if device is not None else torch.get_default_device()
-    selected = [c for c in CASES if cases is None or c.name in cases]
-    if cases is not None and len(selected) != len(set(cases)):
-        raise ValueError(f"check_quantizer: unknown cases {sorted(set(cases) - {c.name for c in CASES})}")
     takes_quantizer = _takes_quantizer(candidate)
-    notes: list[str] = []
     if isinstance(reference, Float8Quantizer) and not takes_quantizer:
         raise TypeError(
             "check_quantizer: Float8Quantizer (delayed scaling) casts with a scale the candidate must be given; "
             "write candidate(x, quantizer) and cast with quantizer.scale"
         )
     state = {"output": output, "inferred": output is None}
+    evidence = amax_check.AmaxEvidence()
+    past_max: dict[str, int] = {}
     result = Comparison(max_mismatches)
-    for position, case in enumerate(selected):
-        for dtype in case.dtypes or dtypes:
-            if dtype not in dtypes:
-                continue
-            g = torch.Generator().manual_seed(seed + position)
-            x = case.build(dtype, reference, g).to(device)
-            references = _reference_outputs(reference, case, x, usages)
-            for usage in usages:
-                _run_one(candidate, reference, case, x, usage, references[usage], takes_quantizer, state, result)
+    positions = {case.name: position for position, case in enumerate(selected)}
+    for case, dtype in plan:
+        g = torch.Generator().manual_seed(seed + positions[case.name])
+        x = case.build(dtype, reference, g).to(device)
+        references = _reference_outputs(reference, case, x, usages)
+        for usage in usages:
+            run = _run_one(candidate, reference, case, x, usage, references[usage], takes_quantizer, state,
+                           result, evidence)
+            if run.status in COMPARED and run.past_max:
+                past_max[case.name] = past_max.get(case.name, 0) + 1
+    _hold_to_recording(result, evidence)
+    return _report(candidate, reference, role if isinstance(quantizer_or_recipe, Recipe) else "", usages,
+                   takes_quantizer, state, result, evidence, past_max, device)
+
+
+def _hold_to_recording(result: Comparison, evidence: amax_check.AmaxEvidence) -> None:
+    """A candidate that records its amax in some runs must in every run: where ``quantizer.amax`` stayed
+    zero while the input's amax is not zero, the run differs."""
+    if not evidence.recorded_runs:
+        return
+    for index, expected in evidence.unrecorded:
+        run = result.runs[index]
+        if expected == 0.0 or run.status not in ("ok", "differs"):
+            continue
+        note = f"amax not recorded in quantizer.amax (still 0), expected {expected!r}"
+        detail = f"{run.detail}; {note}" if run.detail else note
+        result.runs[index] = dataclasses.replace(run, status="differs", detail=detail)
+
+
+def _report(candidate, reference, role, usages, takes_quantizer, state, result, evidence, past_max,
+            device) -> QuantizerCheckReport:
     output = state["output"] or "unknown (the candidate never returned a result)"
     if state["inferred"]:
         output += " (inferred from the first result)"
+    compared, not_compared = [], []
     if state["output"] == "dequantized":
-        notes.append(DEQUANTIZED_LIMIT)
+        compared.append("dequantized values of every element, bit for bit (NaN matches NaN)")
+        not_compared.append(DEQUANTIZED_LIMIT)
+    elif state["output"] is not None:
+        compared.append("the code of every element and every scale_inv (valid region, padding excluded), bit for bit")
     if not takes_quantizer and "columnwise" in usages and state["output"] != "quantized_tensor":
-        notes.append("column-wise not checked: the candidate takes no quantizer argument, so it cannot be asked "
-                     "for the column-wise orientation (write candidate(x, quantizer))")
-    if state.get("amax_missing"):
-        notes.append("the candidate returned no amax: NVFP4's global amax was not compared")
+        not_compared.append("column-wise not checked: the candidate takes no quantizer argument, so it cannot be "
+                            "asked for the column-wise orientation (write candidate(x, quantizer))")
+    amax_compared, amax_not_compared = amax_check.describe(
+        reference, evidence, can_return=state["output"] != "dequantized", can_record=takes_quantizer)
+    compared += amax_compared
+    not_compared += amax_not_compared
+    dtype = saturation.cast_dtype(reference)
+    said, unsaid = saturation.describe(reference, saturation.native_saturation(dtype, device), past_max)
+    compared += [said] if said else []
+    not_compared += [unsaid] if unsaid else []
     rejected = sorted({r.case for r in result.runs if r.status in ("both reject", "reference rejects")})
     if rejected:
-        notes.append(f"the reference rejects some inputs of {', '.join(rejected)}; those runs were not compared")
+        not_compared.append(f"the reference rejects some inputs of {', '.join(rejected)}; those runs were not "
+                            "compared")
     name = getattr(candidate, "__qualname__", None) or type(candidate).__name__
-    return QuantizerCheckReport(name, _describe_quantizer(reference), output, result.runs, result.mismatches, notes)
+    return QuantizerCheckReport(name, _describe_quantizer(reference), output, result.runs, result.mismatches,
+                                not_compared, compared, role)
 
 
-def _run_one(candidate, reference, case, x, usage, ref, takes_quantizer, state, result: Comparison) -> None:
+def _run_one(candidate, reference, case, x, usage, ref_and_amax, takes_quantizer, state, result: Comparison,
+             evidence: amax_check.AmaxEvidence) -> CaseRun:
     """One case, one dtype, one orientation: reference first, then the candidate, then the comparison."""
+    ref, ref_amax = ref_and_amax
     shape, dtype = tuple(x.shape), str(x.dtype).removeprefix("torch.")
     base = dict(case=case.name, dtype=dtype, usage=usage, shape=shape)
     if usage == "columnwise" and not takes_quantizer and state["output"] not in (None, "quantized_tensor"):
-        result.record(CaseRun(**base, status="skipped", detail="the candidate cannot be asked for column-wise"), [])
-        return
+        return _record(result, CaseRun(**base, status="skipped", detail="the candidate cannot be asked for column-wise"))
     q_cand = _case_quantizer(reference, x, case, usage)
+    amax_buffer = q_cand.amax if amax_check.records_amax(q_cand) else None
     ref_error = ref if isinstance(ref, str) else None
     try:
         got = candidate(x.clone(), q_cand) if takes_quantizer else candidate(x.clone())
@@ -253,16 +323,14 @@ def _run_one(candidate, reference, case, x, usage, ref, takes_quantizer, state, 
     if ref_error is not None:
         status = "both reject" if got_error is not None else "reference rejects"
         detail = f"reference: {ref_error}" + (f"; candidate: {got_error}" if got_error else "; the candidate returned a result")
-        result.record(CaseRun(**base, status=status, detail=detail), [])
-        return
+        return _record(result, CaseRun(**base, status=status, detail=detail))
     if got_error is not None:
-        result.record(CaseRun(**base, status="candidate raised", detail=got_error), [])
-        return
+        return _record(result, CaseRun(**base, status="candidate raised", detail=got_error))
     if state["output"] is None:
         state["output"] = _infer_output(got)
     if usage == "columnwise" and not takes_quantizer and state["output"] != "quantized_tensor":
-        result.record(CaseRun(**base, status="skipped", detail="the candidate cannot be asked for column-wise"), [])
-        return
+        return _record(result, CaseRun(**base, status="skipped", detail="the candidate cannot be asked for column-wise"))
+    returned_amax = None
     try:
         if state["output"] == "dequantized":
             if not isinstance(got, torch.Tensor) or isinstance(got, QuantizedTensor):
@@ -272,10 +340,20 @@ def _run_one(candidate, reference, case, x, usage, ref, takes_quantizer, state, 
             fields = candidate_fields(got, ref, usage, q_cand)
             if fields.get("data") is None or fields.get("scale_inv") is None:
                 raise ValueError(f"the result holds no {usage} data or scale_inv")
-            if fields.get("amax") is None and "amax" in layout.usage_fields(ref, usage):
-                state["amax_missing"] = True
+            returned_amax = fields.get("amax")
             run, found = quantized_run(case, x, ref, usage, fields)
     except (ValueError, TypeError) as error:
         run, found = CaseRun(**base, status="differs", detail=first_line(error)), []
-    result.record(run, found)
+    expected_amax = layout.usage_fields(ref, usage).get("amax") if ref_amax is None else ref_amax
+    problems = amax_check.compare(expected_amax, returned_amax, amax_check.recorded(q_cand, amax_buffer), evidence,
+                                  len(result.runs))
+    if problems:
+        detail = "; ".join([run.detail] * bool(run.detail) + problems)
+        run = dataclasses.replace(run, status="differs", detail=detail)
+    run = dataclasses.replace(run, past_max=saturation.elements_past_max(ref, usage, x))
+    return _record(result, run, found)
 
+
+def _record(result: Comparison, run: CaseRun, found: Sequence[QuantizerMismatch] = ()) -> CaseRun:
+    result.record(run, list(found))
+    return run

@@ -1,15 +1,29 @@
-"""The report of :func:`refops.testing.check_quantizer`: every case run, the first mismatches, the notes."""
+"""The report of :func:`refops.testing.check_quantizer`: what failed first, then what passed, then what was not compared.
+
+A report of a failing candidate leads with the failing runs (one row each) and
+their first mismatching elements; the runs that passed are summarized by usage
+and by case, not listed (:meth:`QuantizerCheckReport.table` lists every run).
+Every scale the report shows is a ``scale_inv`` (the decode factor the tensor
+stores: ``RN(1/scale)`` for per-tensor FP8, the E8M0 or E4M3 block scale for
+MXFP8 and NVFP4), and its columns say so.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 
-__all__ = ["QuantizerMismatch", "CaseRun", "QuantizerCheckReport"]
+__all__ = ["QuantizerMismatch", "CaseRun", "QuantizerCheckReport", "COMPARED", "FAILED"]
+
+#: The statuses of a run whose result was compared with the reference's.
+COMPARED = ("ok", "differs", "candidate raised")
+#: The statuses that fail the check.
+FAILED = ("differs", "candidate raised")
 
 
 @dataclasses.dataclass(frozen=True)
 class QuantizerMismatch:
-    """One element where the candidate differs: where, from which input, expected and got code and scale."""
+    """One element where the candidate differs: where, from which input, expected and got code and scale_inv."""
 
     case: str
     dtype: str
@@ -18,13 +32,26 @@ class QuantizerMismatch:
     input: float
     expected_code: str
     got_code: str
-    expected_scale: str
-    got_scale: str
+    #: The stored decode scale of the element's block (``scale_inv``), as the reference has it.
+    expected_scale_inv: str
+    #: The candidate's ``scale_inv`` for that block ("-" when it returned dequantized values).
+    got_scale_inv: str
+
+    @property
+    def expected_scale(self) -> str:
+        """Former name of :attr:`expected_scale_inv` (it always held the ``scale_inv``)."""
+        return self.expected_scale_inv
+
+    @property
+    def got_scale(self) -> str:
+        """Former name of :attr:`got_scale_inv`."""
+        return self.got_scale_inv
 
     def __str__(self) -> str:
         return (
             f"{self.case}/{self.dtype}/{self.usage} at {list(self.index)}: input {self.input!r}: "
-            f"expected {self.expected_code} scale {self.expected_scale}, got {self.got_code} scale {self.got_scale}"
+            f"expected {self.expected_code} scale_inv {self.expected_scale_inv}, "
+            f"got {self.got_code} scale_inv {self.got_scale_inv}"
         )
 
 
@@ -38,32 +65,63 @@ class CaseRun:
     shape: tuple[int, ...]
     #: "ok", "differs", "candidate raised", "both reject", "reference rejects" or "skipped".
     status: str
+    #: Elements compared (codes, or dequantized values).
     elements: int = 0
+    #: Elements whose code (or dequantized value) differs.
     code_mismatches: int = 0
+    #: ``scale_inv`` entries that differ, of :attr:`scales`.
     scale_mismatches: int = 0
+    #: ``scale_inv`` entries compared (0: none, as for dequantized values).
     scales: int = 0
+    #: Elements whose scaled value passes the format's max (or is infinite): the clamp before the cast
+    #: decides their code (for NVFP4: infinite inputs, whose E4M3 block scale the clamp decides).
+    past_max: int = 0
     detail: str = ""
 
     @property
     def failed(self) -> bool:
-        return self.status in ("differs", "candidate raised")
+        return self.status in FAILED
 
 
 @dataclasses.dataclass
 class QuantizerCheckReport:
-    """Every case run, the first mismatches and what the check could not see."""
+    """Every case run, the first mismatches, what was compared and what was not.
+
+    ``ok`` needs at least one compared run and no failing one: a check that
+    compared nothing fails (:attr:`nothing_compared`).
+    """
 
     subject: str
     reference: str
     output: str
     runs: list[CaseRun]
     mismatches: list[QuantizerMismatch]
-    notes: list[str]
+    #: What could not be compared, and why (one sentence each).
+    not_compared: list[str]
+    #: What was compared, and by which criterion (one sentence each).
+    compared: list[str] = dataclasses.field(default_factory=list)
+    #: The recipe role whose quantizer was checked ("" when a quantizer was given).
+    role: str = ""
+
+    @property
+    def notes(self) -> list[str]:
+        """Former name of :attr:`not_compared`."""
+        return self.not_compared
+
+    @property
+    def compared_runs(self) -> list[CaseRun]:
+        """The runs whose result was compared with the reference's."""
+        return [r for r in self.runs if r.status in COMPARED]
+
+    @property
+    def nothing_compared(self) -> bool:
+        """True when no run was compared (every one skipped, or rejected by the reference)."""
+        return not self.compared_runs
 
     @property
     def ok(self) -> bool:
-        """True when no case differs and the candidate raised nowhere the reference did not."""
-        return not self.failures
+        """True when some run was compared, none differs and the candidate raised nowhere the reference did not."""
+        return not self.failures and not self.nothing_compared
 
     @property
     def failures(self) -> list[CaseRun]:
@@ -81,34 +139,81 @@ class QuantizerCheckReport:
         if not self.ok:
             raise AssertionError(str(self))
 
-    def __str__(self) -> str:
-        """A title, one row per run (runs skipped by the protocol are counted, and explained in the notes),
-        the first mismatches and the notes."""
-        compared = len([r for r in self.runs if r.status in ("ok", "differs", "candidate raised")])
-        verdict = "ok" if self.ok else f"FAILED: {len(self.failures)} of {compared} compared runs differ"
+    # ----------------------------------------------------------------- text
+    def _verdict(self) -> str:
+        compared = len(self.compared_runs)
+        if self.nothing_compared:
+            return f"FAILED: nothing was compared ({len(self.runs)} runs: {_status_counts(self.runs)})"
+        if self.failures:
+            return f"FAILED: {len(self.failures)} of {compared} compared runs differ"
+        return f"ok: {compared} of {compared} compared runs pass"
+
+    def _header(self) -> str:
         elements = "values differ" if self.output.startswith("dequantized") else "codes differ"
+        return f"{'case':<16}{'dtype':<10}{'usage':<11}{'shape':<14}{'result':<18}{elements:>16}{'scale_inv differ':>18}"
+
+    def _row(self, r: CaseRun) -> str:
+        shape = "x".join(map(str, r.shape))
+        counts = ""
+        if r.status in ("ok", "differs"):
+            scales = f"{r.scale_mismatches:>11}/{r.scales:<6}" if r.scales else f"{'-':>11} {'':<6}"
+            counts = f"{r.code_mismatches:>9}/{r.elements:<6}{scales}"
+        extra = f"  {r.detail}" if r.detail and r.status != "ok" else ""
+        return f"{r.case:<16}{r.dtype:<10}{r.usage:<11}{shape:<14}{r.status:<18}{counts}{extra}".rstrip()
+
+    def table(self) -> str:
+        """Every run, one row each, in matrix order (skipped runs included)."""
+        return "\n".join([self._header()] + [self._row(r) for r in self.runs])
+
+    def _passed_summary(self) -> list[str]:
+        """How many compared runs passed: per usage, then per case (``ok/compared``)."""
+        compared = self.compared_runs
+        passed = [r for r in compared if r.status == "ok"]
+        if not compared:
+            return []
+        role = f" (role {self.role})" if self.role else ""
+        per_usage = ", ".join(
+            f"{usage} {sum(r.usage == usage for r in passed)}/{sum(r.usage == usage for r in compared)}"
+            for usage in dict.fromkeys(r.usage for r in compared)
+        )
+        cases = dict.fromkeys(r.case for r in compared)
+        per_case = ", ".join(
+            f"{c} {sum(r.case == c for r in passed)}/{sum(r.case == c for r in compared)}" for c in cases
+        )
+        return [f"passed{role}: {len(passed)} of {len(compared)} compared runs; by usage: {per_usage}",
+                f"  by case: {per_case}"]
+
+    def __str__(self) -> str:
+        """What failed first (rows and first mismatches), then a summary of what passed, what was compared,
+        the runs not compared, and what could not be compared."""
+        role = f" (role {self.role})" if self.role else ""
         lines = [
-            f"check_quantizer: {self.subject} against {self.reference}: {verdict}",
+            f"check_quantizer: {self.subject} against {self.reference}{role}: {self._verdict()}",
             f"output convention: {self.output}",
-            f"{'case':<16}{'dtype':<10}{'usage':<11}{'shape':<14}{'result':<18}{elements:>16}{'scales differ':>15}",
         ]
-        for r in self.runs:
-            if r.status == "skipped":
-                continue
-            shape = "x".join(map(str, r.shape))
-            counts = ""
-            if r.status in ("ok", "differs"):
-                scales = f"{r.scale_mismatches:>8}/{r.scales:<6}" if r.scales else f"{'-':>8} {'':<6}"
-                counts = f"{r.code_mismatches:>9}/{r.elements:<6}{scales}"
-            extra = f"  {r.detail}" if r.detail and r.status != "ok" else ""
-            lines.append(f"{r.case:<16}{r.dtype:<10}{r.usage:<11}{shape:<14}{r.status:<18}{counts}{extra}".rstrip())
-        skipped = sum(r.status == "skipped" for r in self.runs)
-        if skipped:
-            lines.append(f"({skipped} runs skipped: see the notes)")
+        if self.failures:
+            lines.append(f"failed runs ({len(self.failures)}):")
+            lines.append(self._header())
+            lines += [self._row(r) for r in self.failures]
         if self.mismatches:
-            lines.append("first mismatches:")
+            lines.append("first mismatches (the first of every failing run first):")
             lines += [f"  {m}" for m in self.mismatches]
-        if self.notes:
-            lines.append("notes:")
-            lines += [f"  - {n}" for n in self.notes]
+        lines += self._passed_summary()
+        others = [r for r in self.runs if r.status not in COMPARED]
+        if others:
+            lines.append(f"runs not compared: {_status_counts(others)}")
+            rejected = sorted({r.case for r in others if r.status != "skipped"})
+            if rejected:
+                lines.append(f"  rejected by the reference: {', '.join(rejected)}")
+        if self.compared:
+            lines.append("compared:")
+            lines += [f"  - {c}" for c in self.compared]
+        if self.not_compared:
+            lines.append("not compared:")
+            lines += [f"  - {n}" for n in self.not_compared]
         return "\n".join(lines)
+
+
+def _status_counts(runs: list[CaseRun]) -> str:
+    """``"58 skipped, 2 both reject"``."""
+    return ", ".join(f"{n} {status}" for status, n in Counter(r.status for r in runs).items())

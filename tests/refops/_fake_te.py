@@ -60,17 +60,21 @@ def _availability(answers: dict[str, tuple[bool, str]]):
 
 
 def install_refops_as_te(monkeypatch, *, version: str = "0.0+refops", available: Optional[dict] = None,
-                         quantizers: Optional[dict] = None) -> types.ModuleType:
+                         quantizers: Optional[dict] = None, ops: Optional[dict] = None) -> types.ModuleType:
     """refops under TransformerEngine's module names; returns the fake ``transformer_engine.pytorch``.
 
     Args:
         available: ``{"is_mxfp8_available": (False, "reason")}``: what TE's availability checks answer.
         quantizers: quantizer classes replacing refops' (a planted bug).
+        ops: op classes replacing refops' in ``te.ops`` (a planted bug).
     """
     pytorch = types.ModuleType("transformer_engine.pytorch")
     pytorch.__path__ = []
     for name in ("ops", "autocast", "quantized_model_init", "DType", *_QUANTIZERS[:-1]):
         setattr(pytorch, name, getattr(refops, name))
+    if ops:
+        namespace = {n: getattr(refops.ops, n) for n in dir(refops.ops) if not n.startswith("_")}
+        pytorch.ops = types.SimpleNamespace(**{**namespace, **ops})
     pytorch.NVFP4Quantizer = NVFP4Quantizer
     for name, cls in (quantizers or {}).items():
         setattr(pytorch, name, cls)

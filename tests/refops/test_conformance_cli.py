@@ -291,3 +291,53 @@ def test_a_record_in_which_nothing_ran_is_not_ok():
     assert not record.ok and "**nothing ran**" in record.to_markdown()
     with pytest.raises(KeyError, match="no tier 'modules' in this record; tiers: \\['quantizers'\\]"):
         record.tier("modules")
+
+
+# -------------------------------------------------------- the GPU scripts' CPU-side checks
+def _repro_script():
+    import importlib.util
+    import pathlib
+
+    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "te_lifecycle_repros.py"
+    spec = importlib.util.spec_from_file_location("te_lifecycle_repros", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_lifecycle_repro_is_valid_python_with_one_verdict_per_branch():
+    script = _repro_script()
+    names = [r.name for r in script.REPROS]
+    assert len(names) == len(set(names)) == 8
+    for repro in script.REPROS:
+        code = script.HEADER + __import__("textwrap").dedent(repro.code)
+        compile(code, repro.name, "exec")
+        assert repro.suspect in ("TE bug", "oracle false positive"), repro.name
+        assert 'print("BUG: ' in code or 'print(f"BUG: ' in code, repro.name
+        assert 'print("ok' in code or 'print(f"ok' in code, repro.name
+
+
+def test_the_repro_script_says_what_it_needs_without_te(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)
+    monkeypatch.setitem(sys.modules, "transformer_engine.pytorch", None)
+    assert _repro_script().main([str(tmp_path / "out")]) == 2
+    assert "te_lifecycle_repros: needs TransformerEngine" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_repro_runner_classifies_verdicts_and_crashes():
+    script = _repro_script()
+    ok = script.Repro("fine", "p", "oracle false positive", "c", 'print("noise")\nprint("ok: fine")\n')
+    bug = script.Repro("bad", "p", "TE bug", "c", 'print("BUG: broken")\n')
+    crash = script.Repro("crash", "p", "TE bug", "c", 'raise RuntimeError("CUDA error: trap")\n')
+    header = script.HEADER
+    script.HEADER = ""  # no TE here: the runner is what is tested
+    try:
+        results = [script.run_repro(r, timeout=60) for r in (ok, bug, crash)]
+    finally:
+        script.HEADER = header
+    assert [(r["verdict"], r["as_suspected"]) for r in results] == [("ok", True), ("BUG", True), ("crashed", False)]
+    assert results[0]["output"] == "ok: fine" and results[2]["output"] == "RuntimeError: CUDA error: trap"
+    text = script.markdown(results, "2.20.2", "H200")
+    assert "| bad | p | TE bug | **BUG** | yes | BUG: broken |" in text

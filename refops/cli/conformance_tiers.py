@@ -394,8 +394,8 @@ def _weight_codes_identical(te_module: torch.nn.Module, ref_module: torch.nn.Mod
     ref_params = dict(ref_module.named_parameters())
     for name, p in te_module.named_parameters():
         q = ref_params[name]
-        if not hasattr(q, "dequantize") or not hasattr(p, "dequantize"):
-            continue
+        if not all(hasattr(t, "_scale_inv") or hasattr(t, "_rowwise_data") for t in (p, q)):
+            continue  # not a quantized weight on both sides
         for usage in ("rowwise", "columnwise"):
             try:
                 a, b = quantized_fields(p, usage)["data"], quantized_fields(q, usage)["data"]

@@ -1,4 +1,4 @@
-"""Command line: ``python -m refops {trace,check,bench}``."""
+"""Command line: ``python -m refops {trace,check,bench,conformance}``."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from .cli import bench_cmd, check_cmd, trace_cmd
+from .cli import bench_cmd, check_cmd, conformance_cmd, trace_cmd
 
 __all__ = ["main"]
 
@@ -20,6 +20,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace_cmd.add_parser(sub)
     check_cmd.add_parser(sub)
     bench_cmd.add_parser(sub)
+    conformance_cmd.add_parser(sub)
     args, extra = parser.parse_known_args(argv)
     if extra:
         if args.command != "bench":

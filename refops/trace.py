@@ -14,7 +14,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Optional
 
 __all__ = ["Event", "EVENT_KINDS", "trace", "record", "is_tracing"]
 
@@ -24,6 +24,7 @@ EVENT_KINDS: dict[str, str] = {
     "construct": "an op was constructed (device, dtype, deferred or not)",
     "recipe_state": "an op's recipe state (quantizers) was reset for a recipe",
     "first_forward_hook": "pre_first_fuser_forward ran on a top-level op",
+    "quantize_weight": "a weight built under quantized_model_init became a quantized tensor",
     "materialize": "a parameter received its storage and initial values",
     "alias_sync": "a container re-pointed its aliases at its basic ops' parameters",
     "cache_refresh": "the fuser rebuilt its parameter cache (and why)",
@@ -38,11 +39,18 @@ EVENT_KINDS: dict[str, str] = {
 
 @dataclasses.dataclass(frozen=True)
 class Event:
-    """One lifecycle event: what happened (``kind``), to what (``subject``), and details."""
+    """One lifecycle event: what happened (``kind``), to what (``subject``), and details.
+
+    ``instance`` tells apart two objects of one class (the two ``BasicLinear`` of an MLP):
+    ``id()`` of the op the event is about, or None. It is not part of the event's value
+    (two runs of one model give equal events) and not shown in the text; the Mermaid
+    rendering draws one lifeline per instance.
+    """
 
     kind: str
     subject: str
     details: dict[str, Any]
+    instance: Optional[int] = dataclasses.field(default=None, compare=False, repr=False)
 
     def __str__(self) -> str:
         extra = ", ".join(f"{k}={_fmt(v)}" for k, v in self.details.items())
@@ -63,13 +71,17 @@ def is_tracing() -> bool:
     return bool(_active)
 
 
-def record(kind: str, subject: str, **details: Any) -> None:
-    """Append an event to every active trace. A no-op when nothing is tracing."""
+def record(kind: str, subject: str, *, instance: object = None, **details: Any) -> None:
+    """Append an event to every active trace. A no-op when nothing is tracing.
+
+    ``instance``: the op the event is about (its ``id()`` is kept, so that two ops of one
+    class get two lifelines in :meth:`trace.render_mermaid`).
+    """
     if not _active:
         return
     if kind not in EVENT_KINDS:
         raise ValueError(f"unknown trace event kind {kind!r}; known kinds: {sorted(EVENT_KINDS)}")
-    event = Event(kind, subject, dict(details))
+    event = Event(kind, subject, dict(details), None if instance is None else id(instance))
     for t in _active:
         if t.kinds is None or kind in t.kinds:
             t.events.append(event)
@@ -118,11 +130,13 @@ class trace:
         """The events as a Mermaid ``sequenceDiagram``, one arrow per event.
 
         The participants are ``User``, ``Fuser`` (the ``OperationFuser``), every op
-        that appears in the events (one lifeline per op class, since events name
-        ops by class), and ``Autograd``. A fusion plan also gets a note over the
-        fuser listing the forward and backward op lists. Participant ids are
-        valid Mermaid identifiers and labels contain no Mermaid syntax, so the
-        output renders as is, for example with ``sphinxcontrib-mermaid``.
+        that appears in the events, and ``Autograd``. Each op *instance* has its own
+        lifeline: a class with one instance is drawn under its name (``GELU``), the
+        instances of a class with several are numbered in order of appearance
+        (``BasicLinear 1``, ``BasicLinear 2``). A fusion plan also gets a note over the
+        fuser listing the forward and backward op lists. Participant ids are valid
+        Mermaid identifiers and labels contain no Mermaid syntax, so the output renders
+        as is, for example with ``sphinxcontrib-mermaid``.
 
         Returns:
             The diagram source, one statement per line.
@@ -131,22 +145,46 @@ class trace:
             ValueError: an event's kind is not one of :data:`EVENT_KINDS`.
         """
         arrows = [self._mermaid_arrow(event) for event in self.events]
+        instances: dict[str, list[Optional[int]]] = {}  # op class -> its instances, in order of appearance
+        for event, (sender, receiver, _, _) in zip(self.events, arrows):
+            for name in (sender, receiver):
+                if name.startswith("op:"):
+                    seen = instances.setdefault(name, [])
+                    if event.instance is not None and event.instance not in seen:
+                        seen.append(event.instance)
+        # An event that names no instance joins its class's lifeline when the class has one; among
+        # several it cannot be placed, and gets a lifeline of its own.
+        anonymous = {name for event, arrow in zip(self.events, arrows) for name in arrow[:2]
+                     if name.startswith("op:") and event.instance is None}
+        for name in anonymous:
+            if len(instances[name]) > 1:
+                instances[name].append(None)
         ids = {"User": "User", "Fuser": "Fuser", "Autograd": "Autograd"}
         lines = ["sequenceDiagram", "    participant User", "    participant Fuser as OperationFuser"]
-        for sender, receiver, _, _ in arrows:
-            for name in (sender, receiver):
-                if name not in ids:  # an op, named "op:<class name>"
-                    op = name.removeprefix("op:")
-                    ids[name] = self._mermaid_id(op, taken=set(ids.values()))
-                    shown = self._mermaid_text(op)
-                    alias = "" if ids[name] == op or not shown else f" as {shown}"
-                    lines.append(f"    participant {ids[name]}{alias}")
-        lines.append("    participant Autograd")
-        for sender, receiver, label, note in arrows:
-            lines.append(f"    {ids[sender]}->>{ids[receiver]}: {self._mermaid_text(label)}")
+
+        def lifeline(name: str, instance: Optional[int]) -> str:
+            if not name.startswith("op:"):
+                return ids[name]
+            if instance is None and len(instances[name]) == 1:
+                instance = instances[name][0]
+            key = f"{name}#{instance}"
+            if key not in ids:
+                op = name.removeprefix("op:")
+                known = instances[name] or [None]
+                label = f"{op} {known.index(instance) + 1}" if len(known) > 1 else op
+                ids[key] = self._mermaid_id(label.replace(" ", "_"), taken=set(ids.values()))
+                shown = self._mermaid_text(label)
+                alias = "" if ids[key] == label or not shown else f" as {shown}"
+                lines.append(f"    participant {ids[key]}{alias}")
+            return ids[key]
+
+        body = []
+        for event, (sender, receiver, label, note) in zip(self.events, arrows):
+            src, dst = lifeline(sender, event.instance), lifeline(receiver, event.instance)
+            body.append(f"    {src}->>{dst}: {self._mermaid_text(label)}")
             if note is not None:
-                lines.append(f"    Note over {ids[receiver]}: {self._mermaid_text(note)}")
-        return "\n".join(lines)
+                body.append(f"    Note over {dst}: {self._mermaid_text(note)}")
+        return "\n".join([*lines, "    participant Autograd", *body])
 
     @staticmethod
     def _mermaid_arrow(event: Event) -> tuple[str, str, str, str | None]:
@@ -170,6 +208,9 @@ class trace:
         if event.kind == "materialize":
             identity = "same object" if d.get("kept_identity") else "new object"
             return owner, owner, f"materialize {member} on {d.get('device')} ({dtype}, {identity})", None
+        if event.kind == "quantize_weight":
+            usages = ", ".join(d.get("usages", []))
+            return owner, owner, f"quantize {member} to {d.get('format')} ({usages})", None
         if event.kind == "alias_sync":
             return owner, owner, f"re-sync alias {member} to {d.get('target')}", None
         if event.kind == "cache_refresh":

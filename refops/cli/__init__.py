@@ -1,1 +1,1 @@
-"""The command line: ``python -m refops {trace,check,bench}`` (also the ``refops`` console script)."""
+"""The command line: ``python -m refops {trace,check,bench,conformance}`` (also the ``refops`` console script)."""

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import time
 from typing import Callable, Optional
 
@@ -24,6 +23,8 @@ from ..quantization.recipe_state import RecipeState
 from ..quantization.state import autocast
 from ..testing.modules import compare_backends, compare_modules
 from ..testing.recipes import RECIPE_NAMES, make_recipe
+from .progress import Progress
+from .recipe_settings import TEST_RECIPES_NOTE, recipe_settings
 
 __all__ = ["add_parser", "CASES", "run_matrix"]
 
@@ -160,9 +161,9 @@ def _run_case(op: str, recipe_name: Optional[str], dtype: torch.dtype, device: t
     )
 
 
-def run_matrix(device: torch.device, *, fastpath: bool, ops_filter=None, recipes=None, dtypes=None, out=None):
-    """Run every case, printing progress over the cases that run; returns the run cases, then the skipped ones."""
-    out = out if out is not None else sys.stdout  # looked up now, so that a redirected stdout is honoured
+def run_matrix(device: torch.device, *, fastpath: bool, ops_filter=None, recipes=None, dtypes=None, progress=None):
+    """Run every case, with a progress bar over the cases that run (on ``progress``, default stderr, when it is
+    a terminal); returns the run cases, then the skipped ones."""
     names = [n for n in CASES if not ops_filter or n in ops_filter]
     recipe_names = [None] + [r for r in RECIPE_NAMES if not recipes or r in recipes]
     dtype_names = [d for d in DTYPES if not dtypes or d in dtypes]
@@ -174,7 +175,8 @@ def run_matrix(device: torch.device, *, fastpath: bool, ops_filter=None, recipes
     ]
     cases = [(o, r, d) for o, r, d in planned if not _skip_reason(r, d)]
     results = []
-    for i, (op, recipe_name, dtype_name) in enumerate(cases, 1):
+    bar = Progress(len(cases), stream=progress)
+    for op, recipe_name, dtype_name in cases:
         start = time.perf_counter()
         torch.manual_seed(0)
         report = _run_case(op, recipe_name, DTYPES[dtype_name], device, fastpath)
@@ -182,10 +184,8 @@ def run_matrix(device: torch.device, *, fastpath: bool, ops_filter=None, recipes
         result = CaseResult(op, recipe_name or "none", dtype_name, report.ok, worst.name, time.perf_counter() - start,
                             error=_error_size(worst))
         results.append(result)
-        bar = "#" * (20 * i // len(cases))
-        print(f"\r[{bar:<20}] {i}/{len(cases)} {op} {result.recipe} {dtype_name}: "
-              f"{'ok' if result.passed else 'FAIL'}".ljust(100), end="", file=out, flush=True)
-    print(file=out)
+        bar.step(f"{op} {result.recipe} {dtype_name}: {'ok' if result.passed else 'FAIL'}")
+    bar.close()
     return results + skipped
 
 
@@ -209,6 +209,11 @@ def run(args: argparse.Namespace) -> int:
             print(f"fast path unavailable ({exc}); checking the reference against float64 torch")
     mode = "fast path vs reference" if fastpath else "reference vs float64 torch (quantize-dequantized inputs)"
     print(f"refops check: {mode} on {device}")
+    ran_recipes = [r for r in RECIPE_NAMES if not args.recipes or r in args.recipes]
+    if ran_recipes:
+        print(f"recipes: {TEST_RECIPES_NOTE}:")
+        for name in ran_recipes:
+            print(f"  {name} = {recipe_settings(name)}")
     results = run_matrix(device, fastpath=fastpath, ops_filter=args.ops, recipes=args.recipes, dtypes=args.dtypes)
     ran = [r for r in results if not r.skipped]
     skipped = [r for r in results if r.skipped]

@@ -7,6 +7,7 @@ import pathlib
 
 from ..demo import run_demo
 from ..testing.recipes import RECIPE_NAMES, make_recipe
+from .recipe_settings import TEST_RECIPES_NOTE, recipe_settings
 
 __all__ = ["add_parser"]
 
@@ -17,7 +18,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eager", action="store_true", help="build on the default device instead of meta")
     p.add_argument("--recipe", choices=RECIPE_NAMES, help="train under refops.autocast with this recipe")
     p.add_argument("--quantized-weights", action="store_true", help="build inside quantized_model_init")
-    p.add_argument("--mermaid", metavar="FILE", help="also write the first step as a Mermaid sequence diagram")
+    p.add_argument("--mermaid", metavar="FILE",
+                   help="also write the first training step as a Mermaid sequence diagram to FILE (no file without it)")
     p.add_argument("--distributed", type=int, metavar="N",
                    help="run the FSDP2 demo on N CPU ranks (gloo): meta build, fully_shard, to_empty + "
                         "reset_parameters, training; print each rank's lifecycle events")
@@ -30,6 +32,10 @@ def run(args: argparse.Namespace) -> int:
     if args.quantized_weights and args.recipe is None:
         raise SystemExit("refops trace: --quantized-weights needs --recipe")
     recipe = make_recipe(args.recipe) if args.recipe else None
+    if args.recipe:
+        settings = recipe_settings(args.recipe)
+        note = "" if settings.endswith("(the defaults)") else f": {TEST_RECIPES_NOTE}"
+        print(f"recipe: {args.recipe} = {settings}{note}")
     result = run_demo(steps=args.steps, meta=not args.eager, recipe=recipe, quantized_weights=args.quantized_weights)
     titles = ["construction"] + [f"training step {i}" for i in range(1, args.steps + 1)]
     for title, t in zip(titles, result.step_traces):
@@ -42,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"every parameter kept its identity through materialization: {result.parameters_kept_identity}")
     print(f"the optimizer built before the first forward holds the live parameters: "
           f"{result.optimizer_holds_live_parameters}")
-    if args.mermaid and len(result.step_traces) > 1:
+    if args.mermaid is not None and len(result.step_traces) > 1:
         pathlib.Path(args.mermaid).write_text(result.step_traces[1].render_mermaid() + "\n")
         print(f"wrote the first training step as a Mermaid diagram to {args.mermaid}")
     return 0 if result.parameters_kept_identity and result.optimizer_holds_live_parameters else 1

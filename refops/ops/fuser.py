@@ -102,7 +102,7 @@ class OperationFuser:
         """Step 1. Invariant: every basic op's quantizers match ``recipe`` (none for None)."""
         for op in self._basic_ops:
             op.reset_recipe_state(recipe=recipe)
-            trace.record("recipe_state", type(op).__name__, recipe=type(recipe).__name__)
+            trace.record("recipe_state", type(op).__name__, instance=op, recipe=type(recipe).__name__)
 
     def _run_first_forward_hooks(self) -> None:
         """Step 2. Invariant: no parameter is on meta and container aliases are in sync.
@@ -114,7 +114,7 @@ class OperationFuser:
         for op in self._ops:
             op._check_can_materialize()
         for op in self._ops:
-            trace.record("first_forward_hook", type(op).__name__)
+            trace.record("first_forward_hook", type(op).__name__, instance=op)
             op.pre_first_fuser_forward()
 
     def _sync_container_aliases(self) -> None:

@@ -94,7 +94,7 @@ def _run_forward_ops(
             basic_op_kwargs=[basic_op_kwargs[i] for i in idxs],
         )
         if trace.is_tracing():
-            trace.record("forward_op", type(op).__name__, basic_ops=list(idxs))
+            trace.record("forward_op", type(op).__name__, instance=op, basic_ops=list(idxs))
         outputs = [tuple(o) for o in outputs]
         if len(outputs) != len(idxs):
             raise RuntimeError(
@@ -214,7 +214,7 @@ def _run_backward_ops(ctx, grad_output, grad_extra_outputs):
             basic_op_grad_extra_outputs=[tuple(grad_extra_out[i]) for i in idxs],
         )
         if trace.is_tracing():
-            trace.record("backward_op", type(op).__name__, basic_ops=list(idxs))
+            trace.record("backward_op", type(op).__name__, instance=op, basic_ops=list(idxs))
         for i, grads in zip(idxs, op_grad_params):
             grad_params[i] = grads
         for i, grads in zip(idxs, op_grad_extra):

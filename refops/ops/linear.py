@@ -114,7 +114,8 @@ class Linear(FusedOperation):
         for name, source in self._alias_sources().items():
             if name not in self._parameters or self._parameters[name] is not source:
                 torch.nn.Module.register_parameter(self, name, source)
-                trace.record("alias_sync", f"Linear.{name}", target=f"basic_ops.{self._op_index(name)}.{name}")
+                trace.record("alias_sync", f"Linear.{name}", instance=self,
+                             target=f"basic_ops.{self._op_index(name)}.{name}")
 
     def _op_index(self, name: str) -> Optional[int]:
         return self._linear_idx if name == "weight" else self._bias_idx

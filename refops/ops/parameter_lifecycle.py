@@ -120,6 +120,7 @@ class ParameterLifecycle(torch.nn.Module):
         trace.record(
             "construct",
             type(self).__name__,
+            instance=self,
             device=str(device),
             dtype=str(self._construction_dtype()),
             deferred=deferred,
@@ -211,6 +212,7 @@ class ParameterLifecycle(torch.nn.Module):
             trace.record(
                 "materialize",
                 f"{type(self).__name__}.{name}",
+                instance=self,
                 device=str(value.device),
                 dtype=str(value.dtype),
                 kept_identity=self._parameters[name] is param,

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import torch
 
+from .. import trace
 from ..quantization.quantizer import Quantizer
 from ..quantization.recipe_state import RecipeState
 from ..quantization.state import (
@@ -93,6 +94,14 @@ class QuantizedWeights(torch.nn.Module):
         quantizer.set_usage(rowwise=True, columnwise=trainable or not inference)
         quantizer.internal = False
         quantized = quantizer(value)
+        trace.record(
+            "quantize_weight",
+            f"{type(self).__name__}.{name}",
+            instance=self,
+            format=type(quantized).__name__,
+            recipe=type(self._quantized_weight_recipe).__name__,
+            usages=[u for u in ("rowwise", "columnwise") if getattr(quantizer, f"{u}_usage")],
+        )
         if self._keep_high_precision_init_val:
             self.__dict__.setdefault("_high_precision_init_vals", {})[name] = value.detach().to("cpu", copy=True)
         return quantized

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import pathlib
+import sys
 
 import pytest
 import torch
@@ -59,11 +61,20 @@ def test_check_reference_against_float64(capsys):
     assert "6/6 cases passed, 0 skipped" in out and code == 0
 
 
-def test_check_progress_and_summary_agree_skips_are_listed_and_the_worst_error_is_shown(capsys):
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_check_progress_and_summary_agree_skips_are_listed_and_the_worst_error_is_shown(capsys, monkeypatch):
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
     code = main(["check", "--reference-only", "--ops", "gelu", "--dtypes", "float32", "bfloat16",
                  "--recipes", "nvfp4"])
     out = capsys.readouterr().out
-    progress = [line for line in out.replace("\r", "\n").splitlines() if line.startswith("[")]
+    progress = [line for line in terminal.getvalue().replace("\r", "\n").splitlines() if line.startswith("[")]
     assert progress[-1].split()[1] == "3/3"  # the total counts the cases that run...
     assert "3/3 cases passed, 1 skipped" in out and code == 0  # ...and agrees with the summary
     assert "skipped: gelu nvfp4 float32: NVFP4 is checked in bfloat16 only" in out
@@ -71,6 +82,60 @@ def test_check_progress_and_summary_agree_skips_are_listed_and_the_worst_error_i
     assert len(rows) == 3
     assert "max_abs=" in rows[0] and "max_rel=" in rows[0] and "[rtol=" in rows[0]  # high precision: element-wise
     assert "sqnr=" in rows[2] and "dB [SQNR >= 10 dB]" in rows[2]  # quantized: the SQNR and its floor
+
+
+def test_check_draws_no_progress_bar_into_redirected_output(capsys):
+    """Issue #29: ``check > log`` held one line rewritten with \\r per case; off a terminal, no bar at all."""
+    assert main(["check", "--reference-only", "--ops", "gelu", "--dtypes", "bfloat16", "--recipes", "mxfp8"]) == 0
+    captured = capsys.readouterr()
+    assert "\r" not in captured.out and "\r" not in captured.err
+    assert not [line for line in captured.out.splitlines() + captured.err.splitlines() if line.startswith("[#")]
+    assert "2/2 cases passed" in captured.out
+
+
+def test_check_says_which_recipe_settings_it_runs(capsys):
+    """Issue #29: check ran TE's test recipes (NVFP4 without RHT or stochastic rounding) without saying so."""
+    assert main(["check", "--reference-only", "--ops", "gelu", "--dtypes", "bfloat16",
+                 "--recipes", "nvfp4", "fp8_delayed_scaling"]) == 0
+    out = capsys.readouterr().out
+    assert "TE's test settings (refops.testing.make_recipe), not the recipe defaults" in out
+    assert "nvfp4 = NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True, " \
+           "disable_2d_quantization=True)" in out
+    assert "fp8_delayed_scaling = DelayedScaling(fp8_format=E4M3, amax_history_len=8)" in out
+    assert "mxfp8 =" not in out  # only the recipes that ran
+
+
+def test_trace_says_which_recipe_settings_it_runs(capsys):
+    assert main(["trace", "--steps", "1", "--recipe", "nvfp4"]) == 0
+    out = capsys.readouterr().out
+    assert "recipe: nvfp4 = NVFP4BlockScaling(disable_rht=True, disable_stochastic_rounding=True, " \
+           "disable_2d_quantization=True): TE's test settings (refops.testing.make_recipe), " \
+           "not the recipe defaults" in out
+    assert main(["trace", "--steps", "1", "--recipe", "mxfp8"]) == 0
+    assert "recipe: mxfp8 = MXFP8BlockScaling() (the defaults)" in capsys.readouterr().out
+
+
+def test_trace_shows_each_weight_becoming_quantized(capsys):
+    """Issue #29: under --quantized-weights no event showed a weight becoming a quantized tensor."""
+    assert main(["trace", "--steps", "1", "--recipe", "mxfp8", "--quantized-weights"]) == 0
+    out = capsys.readouterr().out
+    step = out[out.index("== training step 1"):out.index("== summary")]
+    quantized = [line for line in step.splitlines() if "quantize_weight" in line]
+    assert len(quantized) == 2, step  # both Linears' weights, at the first forward of the meta-built model
+    assert "quantize_weight    BasicLinear.weight  (format=MXFP8Tensor, recipe=MXFP8BlockScaling, " \
+           "usages=[rowwise, columnwise])" in quantized[0]
+    lines = step.splitlines()
+    first = next(i for i, line in enumerate(lines) if "quantize_weight" in line)
+    assert "materialize        BasicLinear.weight" in lines[first + 1], "the weight is quantized, then placed"
+
+
+def test_trace_writes_a_file_only_when_mermaid_is_given(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["trace", "--steps", "1", "--recipe", "mxfp8", "--quantized-weights"]) == 0
+    assert list(tmp_path.iterdir()) == []
+    assert "Mermaid" not in capsys.readouterr().out
+    assert main(["trace", "--steps", "1", "--mermaid", "first.mmd"]) == 0
+    assert [p.name for p in tmp_path.iterdir()] == ["first.mmd"]
 
 
 def test_bench_says_why_it_cannot_run_without_a_gpu(capsys):

@@ -218,3 +218,49 @@ def test_nested_traces_both_record(device):
             model(torch.randn(2, 8, device=device))
     assert [e.subject for e in outer.events] == ["BasicLinear.weight", "Bias.bias"]
     assert outer.events == inner.of_kind("materialize")
+
+
+# ------------------------------------------------------ one lifeline per op instance
+def test_mermaid_gives_each_op_instance_its_own_lifeline(device):
+    """Issue #29: two Linears were drawn on one lifeline (ops were keyed by class)."""
+    model = te.ops.Sequential(te.ops.Linear(8, 8, device="meta"), te.ops.GELU(), te.ops.Linear(8, 4, device="meta"))
+    with te.trace() as t:
+        model(torch.randn(2, 8, device=device)).sum().backward()
+    source = t.render_mermaid()
+    parsed = parse_mermaid(source)
+    participants = [(m["id"], m["alias"]) for kind, m in parsed if kind == "participant"]
+    assert ("BasicLinear_1", "BasicLinear 1") in participants and ("BasicLinear_2", "BasicLinear 2") in participants
+    assert ("Linear_1", "Linear 1") in participants and ("Linear_2", "Linear 2") in participants
+    assert ("GELU", None) in participants, "a class with one instance keeps its plain name"
+    lines = source.splitlines()
+    dev = str(device)
+    assert f"    BasicLinear_1->>BasicLinear_1: materialize weight on {dev} (float32, same object)" in lines
+    assert f"    BasicLinear_2->>BasicLinear_2: materialize weight on {dev} (float32, same object)" in lines
+    assert "    Fuser->>Linear_1: pre_first_fuser_forward()" in lines
+    assert "    Fuser->>Linear_2: pre_first_fuser_forward()" in lines
+    # the first Linear's ops run forward first and backward last
+    forward = [line for line in lines if "->>BasicLinear_" in line and ": forward" in line]
+    backward = [line for line in lines if "->>BasicLinear_" in line and ": backward" in line]
+    assert [line.split("->>")[1].split(":")[0] for line in forward] == ["BasicLinear_1", "BasicLinear_2"]
+    assert [line.split("->>")[1].split(":")[0] for line in backward] == ["BasicLinear_2", "BasicLinear_1"]
+
+
+def test_events_of_one_class_keep_their_instances_apart_but_compare_equal_by_content(device):
+    first = _first_forward_trace(device)
+    second = _first_forward_trace(device)
+    assert first.events == second.events, "the instance is not part of an event's value"
+    assert first.events[0].instance is not None
+
+
+def test_eager_quantized_weights_are_quantized_at_construction(device):
+    with te.trace() as t, te.quantized_model_init(recipe=te.recipe.Float8CurrentScaling()):
+        te.ops.Linear(32, 32, device=device)
+    kinds = [(e.kind, e.subject.partition(".")[0]) for e in t.events]
+    order = [("construct", "BasicLinear"), ("quantize_weight", "BasicLinear"), ("materialize", "BasicLinear")]
+    assert [kinds.index(k) for k in order] == sorted(kinds.index(k) for k in order), kinds
+    event = t.of_kind("quantize_weight")[0]
+    assert event.subject == "BasicLinear.weight"
+    assert event.details == {"format": "Float8Tensor", "recipe": "Float8CurrentScaling",
+                             "usages": ["rowwise", "columnwise"]}
+    lines = t.render_mermaid().splitlines()
+    assert "    BasicLinear->>BasicLinear: quantize weight to Float8Tensor (rowwise, columnwise)" in lines

@@ -188,7 +188,7 @@ def test_te_role_quantizer_asks_te_recipe_state_for_the_role(monkeypatch):
     (args, kwargs), = rec.of("RecipeState.create")
     assert type(args[0]).__name__ == "Float8CurrentScaling" and args[0].fp8_format is FakeFormat.HYBRID
     assert kwargs["mode"] == "backward" and kwargs["num_quantizers"] == 1 and kwargs["device"] == CPU
-    assert [r.tensor_type for r in kwargs["roles"]] == ["grad_output"]
+    assert [(r.module_type, r.tensor_type) for r in kwargs["roles"]] == [("linear", "grad_output")]
     assert made.optimize_for_gemm is False
     te_role_quantizer(Float8CurrentScaling(), "weight", device=CPU)
     assert rec.of("RecipeState.create")[1][1]["mode"] == "forward"
@@ -311,6 +311,17 @@ def test_refops_as_te_passes_check_quantizer_for_every_recipe_and_role(name, mon
                                  output="data_and_scale_inv", dtypes=[torch.bfloat16])
         report.assert_ok()
         assert report.subject == f"TransformerEngine ({type(recipe).__name__}, {role})"
+
+
+def test_a_linear_weight_role_gets_mxfp8_2d_blocks_as_check_quantizer_reference_does(monkeypatch):
+    """TE gives 2D blocks only to a slot whose role names a linear's weight: a role without the module type
+    would give the candidate 1D blocks against a 2D reference (every weight row would fail)."""
+    install_refops_as_te(monkeypatch)
+    recipe = MXFP8BlockScaling(enable_2d_quantization=True)
+    assert te_role_quantizer(recipe, "weight", device=CPU).with_2d_quantization is True
+    assert te_role_quantizer(recipe, "input", device=CPU).with_2d_quantization is False
+    check_quantizer(quantizer_candidate(recipe, role="weight", device=CPU), recipe, role="weight",
+                    output="data_and_scale_inv", dtypes=[torch.bfloat16]).assert_ok()
 
 
 def test_a_te_quantizer_with_a_planted_bug_fails_check_quantizer(monkeypatch):

@@ -119,7 +119,9 @@ def te_role_quantizer(recipe: Recipe, role: str, *, device: Optional[Union[torch
 
     Args:
         recipe: a refops recipe (translated with :func:`te_recipe`).
-        role: "input", "weight" or "grad_output" (the backward recipe state for "grad_output").
+        role: "input", "weight" or "grad_output" (the backward recipe state for "grad_output"), of a
+            linear layer, as ``check_quantizer`` builds its reference: TE gives a linear's weight
+            options no other slot has (MXFP8's 2D blocks).
         device: where the recipe state lives (default: the current CUDA device, else the CPU).
     """
     if role not in ROLES:
@@ -130,7 +132,7 @@ def te_role_quantizer(recipe: Recipe, role: str, *, device: Optional[Union[torch
         mode="backward" if role == "grad_output" else "forward",
         num_quantizers=1,
         device=_default_device(device),
-        roles=[te.quantization.QuantizerRole(tensor_type=role)],
+        roles=[te.quantization.QuantizerRole(module_type="linear", tensor_type=role)],
     )
     made = state.make_quantizers()[0]
     if hasattr(made, "optimize_for_gemm"):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import math
+import types
 
 import pytest
 import torch
@@ -150,6 +151,7 @@ def test_refops_evidence_names_the_aliases_and_the_paths(device):
         assert f"{path}: kept (aliases basic_ops.0.weight = weight, basic_ops.1.bias = bias)" in aliases
     identity = report["identity_through_materialization"].evidence
     assert identity.count("2 parameter ids unchanged, the optimizer built before holds them") == 2
+    assert "refops extension" not in identity  # refops promises it of its own ops
     replaced = report["no_stale_cache_after_replacement"].evidence
     assert "setattr(weight, bias)" in replaced
     assert "register_parameter(basic_ops.0.weight, basic_ops.1.bias)" in replaced
@@ -227,6 +229,8 @@ def test_the_seeds_bug_is_reported_violated_with_evidence(device):
     assert not report.ok
     assert "expected device meta but got" in report["eager_values_after_first_forward"].evidence
     identity = report["identity_through_materialization"].evidence
+    assert identity.startswith("refops extension (PyTorch and TE do not promise that materializing keeps parameter "
+                               "objects: build the optimizer after materializing): reset_parameters: replaced weight")
     assert "reset_parameters: replaced weight (id 0x" in identity
     assert "the optimizer built before holds stale objects for bias, weight" in identity
     stale = report["no_stale_cache_after_replacement"].evidence
@@ -555,3 +559,54 @@ def test_a_stale_transposed_copy_is_cache_not_quantization_state():
     fresh_but_wrong = weight(False)
     fresh_but_wrong._transpose = torch.zeros_like(fresh_but_wrong._transpose)
     assert quantization_differences(fresh_but_wrong, weight(False)) == ["_transpose differs in 32 bytes"]
+
+
+# ------------------------------------------------------------ state that moves between steps
+def _under_autocast(build, recipe):
+    """``build(d)``, every forward inside ``te.autocast(recipe=recipe)`` (how the conformance CLI runs an op)."""
+
+    def factory(d):
+        module = build(d)
+        forward = type(module).forward
+
+        def forward_under_autocast(self, *args, **kwargs):
+            with te.autocast(enabled=True, recipe=recipe):
+                return forward(self, *args, **kwargs)
+
+        module.forward = types.MethodType(forward_under_autocast, module)
+        return module
+
+    return factory
+
+
+@pytest.mark.parametrize("quantized", [False, True], ids=["high_precision", "quantized_init"])
+def test_delayed_scaling_moving_the_scales_between_steps_is_no_stale_cache(quantized, device):
+    """The amax history moves the scales between two steps, so the grads after a replacement differ from the
+    grads before for a correct implementation too; an untouched twin run for the same steps is the control."""
+    build = lambda d: te.ops.Linear(64, 32, device=d)  # noqa: E731
+    if quantized:
+        build = _quantized(build, "fp8_delayed_scaling")
+    report = check_lifecycle(_under_autocast(build, te.recipe.DelayedScaling()), device=device, inputs=_x(32, 64))
+    stale = report["no_stale_cache_after_replacement"]
+    # Before: "after setattr(weight) the grad of weight changed (max |diff| 1.73)", on refops' own Linear.
+    assert stale.status is HELD, stale.evidence
+    assert "equal to an untouched twin's at the same step" in stale.evidence
+
+
+def test_a_fuser_that_keeps_its_first_parameters_is_caught_under_delayed_scaling(monkeypatch, device):
+    """The planted bug: a Sequential's fuser caches the parameter objects of its first forward and never refreshes
+    them (TE before PR 3327): after a replacement it returns grads for the old objects."""
+    from refops.ops.fuser import OperationFuser
+
+    refresh = OperationFuser._refresh_parameter_cache
+
+    def refresh_once(self):
+        return refresh(self) if self._param_signature is None else False
+
+    monkeypatch.setattr(OperationFuser, "_refresh_parameter_cache", refresh_once)
+    factory = _under_autocast(lambda d: te.ops.Sequential(te.ops.Linear(64, 32, device=d)), te.recipe.DelayedScaling())
+    report = check_lifecycle(factory, device=device, inputs=_x(32, 64))
+    stale = report["no_stale_cache_after_replacement"]
+    assert stale.status is VIOLATED
+    assert "after setattr(0.weight) the new 0.weight got no grad" in stale.evidence
+    assert "after setattr(0.weight) the replaced 0.weight (id 0x" in stale.evidence

@@ -28,7 +28,7 @@ from .evidence import (
     storage_keys,
     weighted_sum,
 )
-from .probe import NotApplicable, Subject, Violation, over_paths
+from .probe import NotApplicable, Subject, Violation, is_refops_module, over_paths
 
 __all__ = [
     "held_state",
@@ -199,8 +199,21 @@ def eager_values_after_first_forward(s: Subject) -> str:
     return f"parameters, {plural(len(outputs), 'output')} and grads bit-identical to eager construction"
 
 
+#: Leads the evidence of ``identity_through_materialization`` on a module that is not refops' (TE's, a user's).
+REFOPS_EXTENSION = (
+    "refops extension (PyTorch and TE do not promise that materializing keeps parameter objects: "
+    "build the optimizer after materializing)"
+)
+
+
 def identity_through_materialization(s: Subject) -> str:
-    """Materializing in place keeps every parameter object, so an optimizer built before holds the live ones."""
+    """Materializing in place keeps every parameter object, so an optimizer built before holds the live ones.
+
+    refops promises this (``docs/lifecycle.md``); PyTorch does not (``to_empty()`` makes new objects), nor does
+    TransformerEngine (its ``reset_parameters()`` wraps new values in a new ``Parameter``). On a module that is
+    not refops' the evidence, held or violated, starts with :data:`REFOPS_EXTENSION`: the verdict says what an
+    optimizer built before materializing holds, not that the module broke a promise of its own.
+    """
 
     def check(path: str) -> str:
         module = s.meta()
@@ -221,8 +234,11 @@ def identity_through_materialization(s: Subject) -> str:
             raise Violation("; ".join(problems))
         return f"{plural(len(before), 'parameter id')} unchanged, the optimizer built before holds them"
 
+    extension = "" if is_refops_module(s.meta()) else f"{REFOPS_EXTENSION}: "
     try:
-        return over_paths(["reset_parameters", "first_forward"], check)
+        return extension + over_paths(["reset_parameters", "first_forward"], check)
+    except Violation as error:
+        raise Violation(extension + str(error)) from error
     except NotApplicable as error:
         if not list(s.meta().parameters()):
             raise

@@ -25,7 +25,8 @@ import torch
 
 from .evidence import describe_exception, named_tensors, output_tensors, weighted_sum
 
-__all__ = ["Subject", "Violation", "NotApplicable", "NotChecked", "PATHS", "over_paths", "reset_roots"]
+__all__ = ["Subject", "Violation", "NotApplicable", "NotChecked", "PATHS", "over_paths", "reset_roots",
+           "is_refops_module"]
 
 #: The materialization paths, and how the evidence names them.
 PATHS: dict[str, str] = {
@@ -82,14 +83,7 @@ class Subject:
         """Whether failing to materialize through ``reset_parameters`` or the first forward is a violation."""
         if self.lazy is not None:
             return self.lazy
-        from ...ops.op import FusibleOperation
-
-        # Every parameter must belong to a refops op: a torch.nn child of a mixed composite cannot
-        # materialize by itself, and PyTorch does not promise that it does.
-        owners = [m for m in module.modules() if any(True for _ in m.parameters(recurse=False))]
-        refops_owned = [m for m in owners if any(isinstance(a, FusibleOperation) for a in _ancestry(module, m))]
-        contains = any(isinstance(m, FusibleOperation) for m in module.modules())
-        return contains and len(refops_owned) == len(owners)
+        return is_refops_module(module)
 
     # ---------------------------------------------------------------- running
     def fresh_inputs(self, *, input_requires_grad: bool = False) -> tuple[Any, ...]:
@@ -165,6 +159,19 @@ class Subject:
         if left:
             raise Violation(f"{PATHS[path]} left {', '.join(left)} on meta")
         return outputs
+
+
+def is_refops_module(module: torch.nn.Module) -> bool:
+    """Whether ``module`` contains a refops op and every parameter belongs to one (whatever ``lazy`` says).
+
+    A torch.nn child of a mixed composite cannot materialize by itself, and PyTorch does not promise that it does.
+    """
+    from ...ops.op import FusibleOperation
+
+    owners = [m for m in module.modules() if any(True for _ in m.parameters(recurse=False))]
+    refops_owned = [m for m in owners if any(isinstance(a, FusibleOperation) for a in _ancestry(module, m))]
+    contains = any(isinstance(m, FusibleOperation) for m in module.modules())
+    return contains and len(refops_owned) == len(owners)
 
 
 def _ancestry(root: torch.nn.Module, target: torch.nn.Module) -> list[torch.nn.Module]:

@@ -15,9 +15,10 @@ parameter on meta, or raises, is a violation.
 
 ``lifecycle_cases(..., reference=True)`` builds refops' own ops the same way (refops' ops,
 ``autocast`` and ``quantized_model_init``): the control. A property that the reference
-violates too is a limit of the check (for example, under delayed scaling the scales move
-between two training steps, so grads before and after a parameter replacement differ for any
-correct implementation), not a finding about TE.
+violates too is a limit of the check, not a finding about TE. (Under delayed scaling the scales
+move between two training steps, so grads before and after a parameter replacement differ for any
+correct implementation; ``no_stale_cache_after_replacement`` therefore compares with an untouched
+twin run for the same steps, and the reference holds it.)
 """
 
 from __future__ import annotations

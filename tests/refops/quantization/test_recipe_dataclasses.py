@@ -82,6 +82,21 @@ def test_float8_block_defaults_and_fp32_scales_env(monkeypatch: pytest.MonkeyPat
     assert r.Float8BlockScaling().fp8_quant_fwd_inp.power_2_scale is False
 
 
+def test_float8_block_use_f32_scales_of_the_instance_reaches_its_quantizers() -> None:
+    """TE 2.20.2 derives the QParams from the env var at import, as class attributes, so the constructor's
+    use_f32_scales is ignored there. refops derives them per instance, and each quantizer follows."""
+    from refops.quantization.recipe_state import RecipeState
+
+    for use_f32_scales in (True, False):
+        b = r.Float8BlockScaling(use_f32_scales=use_f32_scales)
+        assert {q.power_2_scale for q in (b.fp8_quant_fwd_inp, b.fp8_quant_fwd_weight, b.fp8_quant_bwd_grad)} == {
+            not use_f32_scales}
+        for mode, count in (("forward", 3), ("backward", 2)):
+            quantizers = RecipeState.create(b, mode=mode, num_quantizers=count).make_quantizers()
+            assert [q.force_pow_2_scales for q in quantizers] == [not use_f32_scales] * count
+    assert r.Float8BlockScaling().fp8_quant_fwd_inp.power_2_scale is True  # the class default is untouched
+
+
 def test_nvfp4_defaults_build_qparams() -> None:
     n = r.NVFP4BlockScaling()
     assert n.fp4_quant_fwd_inp == r.QParams(random_hadamard_transform=True)

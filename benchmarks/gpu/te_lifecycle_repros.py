@@ -107,6 +107,31 @@ REPROS = [
         """,
     ),
     Repro(
+        "meta_linear_aliases_after_materialization",
+        "eager_values_after_reset_parameters, eager_values_after_first_forward, aliases_preserved",
+        "TE bug",
+        "ops/linear.py registers `weight` and `bias` on the composite Linear as aliases of its basic ops' "
+        "parameters; ops/basic/basic_linear.py reset_parameters() (also run by the first forward of a meta-built "
+        "op) assigns the basic op a new Parameter: the composite's `weight` stays the old meta tensor, so "
+        "model.parameters() (what an optimizer is built from) still yields meta tensors",
+        """
+        model = te.ops.Linear(64, 64, device="meta")
+        x = torch.randn(32, 64, device="cuda")
+        try:
+            model(x)
+        except RuntimeError as error:
+            print("BUG: the first forward of a meta-built te.ops.Linear raised:", str(error).splitlines()[0])
+        else:
+            on_meta = sorted(name for name, p in model.named_parameters() if p.is_meta)
+            tied = model.weight is model.basic_ops[0].weight
+            if on_meta or not tied:
+                print(f"BUG: after the first forward of a meta-built te.ops.Linear, {on_meta} are still on meta "
+                      f"(model.weight is model.basic_ops[0].weight: {tied})")
+            else:
+                print("ok: the first forward materialized every parameter the module lists")
+        """,
+    ),
+    Repro(
         "load_state_dict_assign_linear",
         "load_state_dict_assign_into_meta",
         "TE bug",

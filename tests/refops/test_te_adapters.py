@@ -410,6 +410,12 @@ def test_lifecycle_cases_build_each_op_and_filter_for_quantized_init(monkeypatch
     grouped = lifecycle_cases(ops=("GroupedLinear",))[0]
     x, splits = grouped.inputs(CPU)
     assert x.shape == (256, 128) and splits.tolist() == [128, 128] and splits.dtype is torch.int64
+    assert grouped.dtype is torch.float32
+    # TE's quantized grouped GEMM takes BF16/FP16 only (cuBLAS refuses fp32 on the H100): bfloat16 under a recipe
+    quantized_grouped = lifecycle_cases(make_recipe("fp8_current_scaling"), ops=("GroupedLinear", "Linear"))
+    assert [c.dtype for c in quantized_grouped] == [torch.bfloat16, torch.float32]
+    assert quantized_grouped[0].factory(CPU).weight0.dtype is torch.bfloat16
+    assert quantized_grouped[0].inputs(CPU)[0].dtype is torch.bfloat16
     module = weighted[1].factory(torch.device("meta"))
     assert type(module).__name__ == "Linear" and module.weight.is_meta
     with pytest.raises(ValueError, match=r"lifecycle_cases: unknown ops \['Conv'\]"):

@@ -119,7 +119,8 @@ def lifecycle_cases(
             :data:`WEIGHTED_OPS` are returned then; the others hold no weight).
         ops: the op names to build.
         dtype: the parameters' and inputs' dtype (default: bfloat16 for NVFP4, whose TE
-            kernels take bfloat16, float32 otherwise).
+            kernels take bfloat16, and for ``GroupedLinear`` under a recipe, whose quantized
+            grouped GEMM TE runs in BF16/FP16 only (cuBLAS refuses fp32); float32 otherwise).
         hidden: the features (a multiple of every block size: 128).
         reference: build refops' ops of the same names instead, with refops' ``autocast`` and
             ``quantized_model_init`` (the control; TransformerEngine is not needed then).
@@ -139,11 +140,11 @@ def lifecycle_cases(
         te = import_te("lifecycle_cases")
         library_ops, autocast, init, translated = (te.pytorch.ops, te.pytorch.autocast,
                                                    te.pytorch.quantized_model_init, te_recipe(recipe))
-    if dtype is None:
-        dtype = torch.bfloat16 if isinstance(recipe, NVFP4BlockScaling) else torch.float32
     cases = []
     for name in names:
-        def factory(device: torch.device, name: str = name) -> torch.nn.Module:
+        dtype_of_case = dtype if dtype is not None else _default_dtype(name, recipe)
+
+        def factory(device: torch.device, name: str = name, dtype: torch.dtype = dtype_of_case) -> torch.nn.Module:
             building = init(enabled=True, recipe=translated) if quantized_init else contextlib.nullcontext()
             with building:
                 module = _build(library_ops, name, hidden, torch.device(device), dtype)
@@ -152,5 +153,13 @@ def lifecycle_cases(
             return module
 
         factory.__qualname__ = f"{'refops' if reference else 'te'}.ops.{name}"
-        cases.append(LifecycleCase(name, factory, _inputs(name, hidden, dtype), recipe, quantized_init, dtype))
+        cases.append(LifecycleCase(name, factory, _inputs(name, hidden, dtype_of_case), recipe, quantized_init,
+                                   dtype_of_case))
     return cases
+
+
+def _default_dtype(op: str, recipe: Optional[Recipe]) -> torch.dtype:
+    """bfloat16 where TE computes in it only (NVFP4; a quantized grouped GEMM), else float32."""
+    if isinstance(recipe, NVFP4BlockScaling) or (op == "GroupedLinear" and recipe is not None):
+        return torch.bfloat16
+    return torch.float32

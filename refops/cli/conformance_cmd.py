@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import datetime
+import os
 import pathlib
 import subprocess
 import sys
@@ -166,7 +167,10 @@ def _environment(te_version: str, device: torch.device, info: DeviceInfo, setup:
 
 
 def _commit() -> str:
-    """The git commit of this refops checkout, or "commit unknown" outside one."""
+    """The git commit of this refops checkout (``REFOPS_COMMIT`` wins: a copy whose ``.git`` is not the
+    tree's own, as on a remote GPU machine, would name a wrong one), or "commit unknown" outside one."""
+    if os.environ.get("REFOPS_COMMIT"):
+        return f"commit {os.environ['REFOPS_COMMIT']}"
     root = pathlib.Path(__file__).resolve().parents[2]
     try:
         done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,

@@ -362,3 +362,13 @@ def test_the_repro_runner_classifies_verdicts_and_crashes():
     assert results[0]["output"] == "ok: fine" and results[2]["output"] == "RuntimeError: CUDA error: trap"
     text = script.markdown(results, "2.20.2", "H200")
     assert "| bad | p | TE bug | **BUG** | yes | BUG: broken |" in text
+
+
+def test_the_record_names_the_commit_given_by_refops_commit(monkeypatch):
+    """A copy of the tree on a remote GPU machine may carry another .git: the caller names the commit."""
+    from refops.cli import conformance_cmd
+
+    monkeypatch.setenv("REFOPS_COMMIT", "abc1234")
+    assert conformance_cmd._commit() == "commit abc1234"
+    monkeypatch.delenv("REFOPS_COMMIT")
+    assert conformance_cmd._commit() != "commit abc1234"

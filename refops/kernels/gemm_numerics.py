@@ -32,8 +32,10 @@ __all__ = [
 GEMM_NUMERICS = ("exact", "hopper")
 #: A Linear's three GEMMs (TE's names): y = x W^T, dx = dy W, dW = dy^T x.
 GEMM_ROLES = ("fprop", "dgrad", "wgrad")
-#: ``use_split_accumulator`` of TE's per-tensor FP8 recipes (``DelayedScaling`` and
-#: ``Float8CurrentScaling``: ``fp8_gemm_fprop/dgrad/wgrad``; refops.recipe has the same defaults).
+#: ``use_split_accumulator`` of TE's per-tensor FP8 recipes: ``Float8CurrentScaling``'s
+#: ``fp8_gemm_fprop/dgrad/wgrad`` (refops.recipe has the same defaults) and, for ``DelayedScaling``, which
+#: has no such fields, the constants TE's modules use (``_2X_ACC_FPROP = False``, ``_2X_ACC_DGRAD`` and
+#: ``_2X_ACC_WGRAD = True``).
 #: False is cuBLAS's fast accumulation (``use_fast_accum=True`` in ``torch._scaled_mm``).
 SPLIT_ACCUMULATOR = {"fprop": False, "dgrad": True, "wgrad": True}
 

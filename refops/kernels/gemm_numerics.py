@@ -9,8 +9,12 @@
   (``docs/tensor-cores.md`` says what is bit-exact and what is not).
 
 The mode is process-wide, as ``torch.backends.cuda.matmul.allow_tf32`` is: autograd runs CUDA
-backward passes on its own worker threads, which must see the mode the forward ran under. Entering
-and leaving the context is guarded by a lock; nested contexts restore the mode they found.
+backward passes on its own worker threads, which must see the mode the forward ran under. The mode
+in force is that of the most recently entered context not yet left (the default, ``"exact"``, when
+none is open); entering and leaving are guarded by a lock, and a context left out of order (by
+another thread) removes only itself, so nesting restores the mode it found and nothing stays
+behind once every context is closed. Threads that want different modes at the same time cannot
+have them: as with torch's backend flags, the setting is one per process.
 """
 
 from __future__ import annotations
@@ -51,7 +55,16 @@ class HopperGemmError(RuntimeError):
 
 
 _LOCK = threading.Lock()
-_STATE = {"name": "exact", "split_k": 1}
+_DEFAULT = ("exact", 1)
+#: The contexts entered and not yet left, in the order entered: ``(token, (name, split_k))``. The mode in
+#: force is the last one's; leaving a context removes its own entry wherever it is, so contexts that
+#: threads leave out of order never leave a stale mode behind once all are closed.
+_ACTIVE: list[tuple[object, tuple[str, Union[int, str]]]] = []
+
+
+def _in_force() -> tuple[str, Union[int, str]]:
+    active = _ACTIVE  # a list read is atomic under the GIL; entries are tuples
+    return active[-1][1] if active else _DEFAULT
 
 
 def _check_name(name: object) -> str:
@@ -67,23 +80,23 @@ def _check_split_k(split_k: object) -> Union[int, str]:
 
 
 class _NumericsContext(contextlib.AbstractContextManager):
-    """The context ``gemm_numerics(name)`` returns; also a string-like answer to ``gemm_numerics()``."""
+    """The context ``gemm_numerics(name)`` returns (re-entrant: each ``with`` adds its own entry)."""
 
     def __init__(self, name: str, split_k: Union[int, str]) -> None:
-        self._name, self._split_k = name, split_k
-        self._saved: Optional[dict] = None
+        self._setting = (name, split_k)
+        self._tokens: list[object] = []
 
     def __enter__(self) -> str:
+        token = object()
         with _LOCK:
-            self._saved = dict(_STATE)
-            _STATE.update(name=self._name, split_k=self._split_k)
-        return self._name
+            _ACTIVE.append((token, self._setting))
+            self._tokens.append(token)
+        return self._setting[0]
 
     def __exit__(self, *exc: object) -> None:
         with _LOCK:
-            assert self._saved is not None
-            _STATE.update(self._saved)
-            self._saved = None
+            token = self._tokens.pop()
+            _ACTIVE[:] = [entry for entry in _ACTIVE if entry[0] is not token]
 
 
 def gemm_numerics(name: Optional[str] = None, *, split_k: Union[int, str] = 1):
@@ -98,13 +111,13 @@ def gemm_numerics(name: Optional[str] = None, *, split_k: Union[int, str] = 1):
     an H100 PCIe (profile ``hopper-te``) and raises ``HopperGemmError`` for a shape it cannot decide.
     """
     if name is None:
-        return _STATE["name"]
+        return _in_force()[0]
     return _NumericsContext(_check_name(name), _check_split_k(split_k))
 
 
 def current_split_k() -> Union[int, str]:
     """The ``split_k`` of the mode in force."""
-    return _STATE["split_k"]
+    return _in_force()[1]
 
 
 def gemm_role(role: Optional[str], *, trans_a: bool, trans_b: bool) -> str:

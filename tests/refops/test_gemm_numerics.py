@@ -98,12 +98,22 @@ def test_concurrent_entries_leave_the_default_behind():
     for t in threads:
         t.join()
     assert not errors
-    # Non-nested enters and exits across threads restore what each found; with every context closed
-    # the last restore may still be another thread's "hopper" only if contexts overlapped out of order,
-    # which the lock cannot prevent for a process-wide setting: document, and check the common case.
-    assert refops.gemm_numerics() in ("exact", "hopper")
-    with refops.gemm_numerics("exact"):
-        pass
+    assert refops.gemm_numerics() == "exact"  # every context closed: nothing stale, whatever the exit order
+
+
+def test_contexts_left_out_of_order_remove_only_themselves():
+    first, second = refops.gemm_numerics("hopper"), refops.gemm_numerics("exact")
+    first.__enter__()
+    second.__enter__()
+    assert refops.gemm_numerics() == "exact"
+    first.__exit__(None, None, None)  # another thread's context closes first
+    assert refops.gemm_numerics() == "exact"
+    second.__exit__(None, None, None)
+    assert refops.gemm_numerics() == "exact"
+    first.__enter__()
+    assert refops.gemm_numerics() == "hopper"
+    first.__exit__(None, None, None)
+    assert refops.gemm_numerics() == "exact"
 
 
 def test_roles_follow_te_layouts_and_recipes():
@@ -272,11 +282,14 @@ def test_a_module_under_hopper_numerics_differs_from_exact_in_the_last_bits(reci
                 y = model(x)
             y.float().square().sum().backward()
         results[numerics] = [y.detach(), x.grad, model[0].weight.grad, model[2].weight.grad]
-    for exact, hopper in zip(results["exact"], results["hopper"]):
+    for i, (exact, hopper) in enumerate(zip(results["exact"], results["hopper"])):
         assert hopper.dtype == exact.dtype and torch.isfinite(hopper).all()
         scale = exact.float().abs().max().item()
-        # FP8 outputs re-quantized downstream amplify a last-bit change into a code flip: stay within ~1 %
-        assert (hopper.float() - exact.float()).abs().max().item() <= 1e-2 * scale
+        diff = (hopper.float() - exact.float()).abs()
+        # The GEMMs differ in their last bits; re-quantizing to FP8 downstream turns a few of those into
+        # one-code flips, which the backward carries further: small on average, a few % at most.
+        assert diff.mean().item() <= 2e-3 * scale
+        assert diff.max().item() <= (1e-2 if i == 0 else 1e-1) * scale
     assert not all(torch.equal(e, h) for e, h in zip(results["exact"], results["hopper"]))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import builtins
 import subprocess
 import sys
 import threading
@@ -225,21 +224,11 @@ def test_split_k_auto_says_when_mmaemu_cannot_decide():
 
 
 def test_a_missing_mmaemu_names_the_extra(monkeypatch):
-    real_import = builtins.__import__
-
-    def no_mmaemu(name, *args, **kwargs):
-        if name == "mmaemu" or name.startswith("mmaemu."):
-            raise ImportError("No module named 'mmaemu'")
-        return real_import(name, *args, **kwargs)
-
-    import importlib
-
-    monkeypatch.setitem(sys.modules, "mmaemu", None)  # import mmaemu -> ImportError
-    monkeypatch.setattr(builtins, "__import__", no_mmaemu)
+    monkeypatch.setitem(sys.modules, "mmaemu", None)  # `import mmaemu` now fails, as without the package
     a, b = fp8((16, 32), 16), fp8((16, 32), 17)
-    with pytest.raises(HopperGemmError, match=r"refops\[hopper\]"):
+    with pytest.raises(HopperGemmError, match=r"pip install 'refops\[hopper\]'"):
         ref_gemm(a, b, "hopper", trans_b=True, out_dtype=torch.float32)
-    assert importlib  # noqa
+    ref_gemm(a, b, "exact", trans_b=True, out_dtype=torch.float32)  # exact mode never needs it
 
 
 # ------------------------------------------------------------------ TF32
@@ -310,13 +299,13 @@ def test_refops_kernels_imports_without_refops_quantization():
     assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
 
 
-def test_no_module_of_refops_kernels_names_refops_quantization():
+def test_no_module_of_refops_kernels_imports_refops_quantization():
     import pathlib
+    import re
 
     root = pathlib.Path(refops.__file__).parent / "kernels"
-    offenders = [str(p) for p in root.rglob("*.py") if "quantization" in p.read_text().replace("quantization:", "")
-                 and ("import" in p.read_text()) and ("from ...quantization" in p.read_text()
-                                                        or "refops.quantization import" in p.read_text())]
+    pattern = re.compile(r"^\s*(from\s+(refops|\.+)\.?quantization|import\s+refops\.quantization)", re.M)
+    offenders = [str(p) for p in root.rglob("*.py") if pattern.search(p.read_text())]
     assert not offenders
 
 

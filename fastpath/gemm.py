@@ -21,6 +21,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from refops.kernels.gemm_numerics import SPLIT_ACCUMULATOR, gemm_numerics, gemm_role
 from refops.quantization import Float8Tensor, QuantizedTensor
 from refops.quantization.quantizer import torch_fp8_dtype
 
@@ -45,7 +46,8 @@ _FP8_TENSORWISE = GemmPath(
     "Float8Tensor x Float8Tensor",
     "cuBLAS FP8 GEMM (sm_89+) via torch._scaled_mm: row-wise data, or the column-wise (transposed) copy, "
     "so the first operand is row-major and the second column-major (.t() views); scale_a/scale_b are the "
-    "tensors' _scale_inv; split accumulator (use_fast_accum=False), the closest to the reference; alpha, "
+    "tensors' _scale_inv; split accumulator (use_fast_accum=False), the closest to the reference (under "
+    "refops.gemm_numerics('hopper'): fprop fast accumulation, as TE and the hopper reference); alpha, "
     "out and accumulate applied to the fp32 result. Needs every dim % 16 == 0 and not E5M2 x E5M2, else "
     "dequantize + cuBLAS",
 )
@@ -236,6 +238,15 @@ def _scaled_mm_operands(a, b, trans_a: bool, trans_b: bool):
     return mat1, mat2, a._scale_inv.reshape(()).float(), b._scale_inv.reshape(()).float()
 
 
+def _fast_accumulation(a, b, role: Optional[str], trans_a: bool, trans_b: bool) -> bool:
+    """``use_fast_accum`` of a per-tensor FP8 ``_scaled_mm``: the split accumulator (False, the closest to
+    the exact reference), except under ``refops.gemm_numerics("hopper")``, where each role gets the
+    accumulation of TE's per-tensor recipes (fprop fast) so that the GPU computes what the reference models."""
+    if gemm_numerics() != "hopper" or not (type(a) is Float8Tensor and type(b) is Float8Tensor):
+        return False
+    return not SPLIT_ACCUMULATOR[gemm_role(role, trans_a=trans_a, trans_b=trans_b)]
+
+
 class GemmKernels:
     """Mixin overriding ``gemm`` of ``KernelBackend`` (see :data:`GEMM_PATHS`)."""
 
@@ -250,9 +261,10 @@ class GemmKernels:
         alpha: float = 1.0,
         out: Optional[torch.Tensor] = None,
         accumulate: bool = False,
+        role: Optional[str] = None,
     ) -> torch.Tensor:
         kwargs = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha, out=out,
-                      accumulate=accumulate)
+                      accumulate=accumulate, role=role)
         target = out.dtype if out is not None else out_dtype
         if not self._fast_gemm(a, b, out, accumulate, target, trans_a, trans_b):
             return super().gemm(a, b, **kwargs)
@@ -271,7 +283,8 @@ class GemmKernels:
                 scaled_mm_out = target if alpha == 1.0 and not accumulate else torch.float32  # as _scaled_mm below
                 operands = blockwise_scaled_mm_operands(a, b, trans_a, trans_b, scaled_mm_out)
             if operands is not None:
-                return self._scaled_mm(operands, target=target, alpha=alpha, out=out, accumulate=accumulate)
+                return self._scaled_mm(operands, target=target, alpha=alpha, out=out, accumulate=accumulate,
+                                       use_fast_accum=_fast_accumulation(a, b, role, trans_a, trans_b))
             operand_dtype = a.dtype if wide else target  # the operands' nominal 16-bit dtype for an fp32 result
             a2 = self._dequantized(a, _usage(trans_a, "a"), operand_dtype)
             b2 = self._dequantized(b, _usage(trans_b, "b"), operand_dtype)
@@ -312,11 +325,11 @@ class GemmKernels:
 
     @staticmethod
     def _scaled_mm(operands, *, target: torch.dtype, alpha: float, out: Optional[torch.Tensor],
-                   accumulate: bool) -> torch.Tensor:
+                   accumulate: bool, use_fast_accum: bool = False) -> torch.Tensor:
         mat1, mat2, scale_a, scale_b = operands
         direct = alpha == 1.0 and not accumulate
         result = torch._scaled_mm(mat1, mat2, scale_a=scale_a, scale_b=scale_b,
-                                  out_dtype=target if direct else torch.float32, use_fast_accum=False)
+                                  out_dtype=target if direct else torch.float32, use_fast_accum=use_fast_accum)
         if not direct:
             if alpha != 1.0:
                 result = result * alpha

@@ -5,7 +5,7 @@
 """
 
 from . import common, ops, recipe
-from .kernels import use_backend
+from .kernels import HopperGemmError, gemm_numerics, use_backend
 from .quantization import (
     DType,
     Float8BlockQuantizer,
@@ -47,6 +47,7 @@ __all__ = [
     "Float8CurrentScalingQuantizer",
     "Float8Quantizer",
     "Float8Tensor",
+    "HopperGemmError",
     "MXFP8Quantizer",
     "MXFP8Tensor",
     "NVFP4Quantizer",
@@ -58,6 +59,7 @@ __all__ = [
     "common",
     "fp8_autocast",
     "fp8_model_init",
+    "gemm_numerics",
     "get_default_recipe",
     "is_bf16_available",
     "is_fp8_available",

@@ -74,6 +74,7 @@ class KernelBackend:
         alpha: float = 1.0,
         out: torch.Tensor | None = None,
         accumulate: bool = False,
+        role: str | None = None,
     ) -> torch.Tensor:
         """``alpha * op(a) @ op(b)`` (``+ out`` when ``accumulate``), rounded to ``out_dtype``.
 
@@ -85,7 +86,15 @@ class KernelBackend:
         contracts: ``op(a) = a`` contracts a's last dim -> row-wise; ``trans_a``
         contracts a's first dim -> column-wise; ``op(b) = b.T`` (``trans_b``) ->
         row-wise; ``op(b) = b`` -> column-wise. Then the fp32 GEMM runs as above.
-        A missing usage is an error.
+        A missing usage is an error. The kernels see a quantized operand only as the plain
+        arrays of its ``gemm_operand(usage)`` (``refops.kernels.GemmOperand``), which may
+        also be passed directly.
+
+        ``role`` (``"fprop"``, ``"dgrad"``, ``"wgrad"``; None infers it from TE's layouts:
+        ``trans_b`` fprop, ``trans_a`` wgrad, neither dgrad) picks the accumulation TE's
+        per-tensor FP8 recipes ask of the GEMM under ``refops.gemm_numerics("hopper")``
+        (fprop fast accumulation, dgrad and wgrad the split accumulator); the exact
+        numerics do not depend on it.
         """
         raise NotImplementedError
 

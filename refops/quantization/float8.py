@@ -42,6 +42,15 @@ class Float8Tensor(QuantizedTensor):
     _SHARED = ("_scale_inv",)
     _CTOR_TENSORS = {"data": "_data", "data_transpose": "_transpose", "fp8_scale_inv": "_scale_inv"}
     _CTOR_META = {"fp8_dtype": ("_fp8_dtype", DType.kFloat8E4M3)}
+    _GEMM_FORMAT = "float8"
+
+    def _gemm_arrays(self, usage: str, rows: int, last: int) -> dict[str, Any]:
+        # The bytes with the contracted dim last: row-wise (rows, last) or the transposed copy (last, rows).
+        if usage == "rowwise":
+            data = self._data.reshape(rows, last)
+        else:
+            data = self._transpose.reshape(last, rows)
+        return {"data": data, "scale_inv": self._scale_inv, "fp8_dtype": torch_fp8_dtype(self._fp8_dtype)}
 
     def _validate(self) -> None:
         self._fp8_dtype = canonicalize_fp8_dtype(self._fp8_dtype)

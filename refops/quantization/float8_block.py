@@ -44,6 +44,7 @@ class Float8BlockwiseQTensor(QuantizedTensor):
 
     _ROWWISE = ("_rowwise_data", "_rowwise_scale_inv")
     _COLUMNWISE = ("_columnwise_data", "_columnwise_scale_inv")
+    _GEMM_FORMAT = "float8_block"
     _CTOR_TENSORS = {
         "rowwise_data": "_rowwise_data",
         "rowwise_scale_inv": "_rowwise_scale_inv",

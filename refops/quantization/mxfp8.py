@@ -38,6 +38,7 @@ class MXFP8Tensor(QuantizedTensor):
 
     _ROWWISE = ("_rowwise_data", "_rowwise_scale_inv")
     _COLUMNWISE = ("_columnwise_data", "_columnwise_scale_inv")
+    _GEMM_FORMAT = "mxfp8"
     _CTOR_TENSORS = {
         "rowwise_data": "_rowwise_data",
         "rowwise_scale_inv": "_rowwise_scale_inv",

@@ -59,6 +59,7 @@ class NVFP4Tensor(QuantizedTensor):
 
     _ROWWISE = ("_rowwise_data", "_rowwise_scale_inv", "_amax_rowwise")
     _COLUMNWISE = ("_columnwise_data", "_columnwise_scale_inv", "_amax_columnwise")
+    _GEMM_FORMAT = "nvfp4"
     _CTOR_TENSORS = {
         "rowwise_data": "_rowwise_data",
         "rowwise_scale_inv": "_rowwise_scale_inv",

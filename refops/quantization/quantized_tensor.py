@@ -27,6 +27,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
+from ..kernels.gemm_operand import GemmOperand
 from .quantizer import DType, Quantizer, quantizer_from_plain, quantizer_to_plain
 
 __all__ = ["QuantizedTensor"]
@@ -52,6 +53,8 @@ class QuantizedTensor(torch.Tensor):
     _SHARED: ClassVar[tuple[str, ...]] = ()
     _CTOR_TENSORS: ClassVar[dict[str, str]] = {}
     _CTOR_META: ClassVar[dict[str, tuple[str, Any]]] = {}
+    #: The ``GemmOperand.format`` this scheme's GEMM operands carry.
+    _GEMM_FORMAT: ClassVar[str] = ""
 
     __torch_function__ = torch._C._disabled_torch_function_impl
 
@@ -179,6 +182,35 @@ class QuantizedTensor(torch.Tensor):
     def _dequantize_usage(self, usage: str, dtype: torch.dtype) -> torch.Tensor:
         """Per scheme: the values of the ``usage`` copy, nominal shape, rounded once to ``dtype``."""
         raise NotImplementedError
+
+    # ----------------------------------------------------------------- GEMM
+    def gemm_operand(self, usage: str, *, values: bool = True, name: str = "operand") -> GemmOperand:
+        """What a GEMM reads of this tensor in ``usage``, as plain arrays (``refops.kernels.GemmOperand``).
+
+        ``values``: include the exact fp32 dequantization, flattened to ``(rows, last dim)``.
+        ``name`` names the operand in the error raised when ``usage`` is missing.
+        """
+        if not self.has_usage(usage):
+            dim = "last" if usage == "rowwise" else "first"
+            raise ValueError(
+                f"gemm: operand {name} is a {type(self).__name__} without {usage} data, which this GEMM reads "
+                f"(it contracts {name}'s {dim} dim); quantize it with that usage enabled"
+            )
+        exact = None
+        if values:
+            dequantized = self.dequantize(dtype=torch.float32, usage=usage)
+            exact = dequantized.reshape(-1, dequantized.shape[-1])  # leading dims flatten into rows
+        last = self.shape[-1] if self.dim() > 0 else 1
+        rows = self.numel() // last if last else 0
+        return GemmOperand(
+            format=self._GEMM_FORMAT, usage=usage, shape=(rows, last), values=exact,
+            hadamard=usage == "columnwise" and bool(getattr(self, "_columnwise_rht", False)),
+            **self._gemm_arrays(usage, rows, last),
+        )
+
+    def _gemm_arrays(self, usage: str, rows: int, last: int) -> dict[str, Any]:
+        """Per scheme: the raw arrays of ``GemmOperand`` (``data``, ``scale_inv``, ``fp8_dtype``) it fills."""
+        return {}
 
     # --------------------------------------------------------------- update
     def quantize_(self, tensor: torch.Tensor, *, noop_flag: Optional[torch.Tensor] = None) -> "QuantizedTensor":

@@ -372,3 +372,31 @@ def test_the_record_names_the_commit_given_by_refops_commit(monkeypatch):
     assert conformance_cmd._commit() == "commit abc1234"
     monkeypatch.delenv("REFOPS_COMMIT")
     assert conformance_cmd._commit() != "commit abc1234"
+
+
+def test_a_refops_extension_is_listed_on_te_s_row_not_held_against_it(monkeypatch):
+    """Materializing in place keeps parameter objects: refops promises it, TE does not. A TE op that makes new
+    Parameters violates only that: its row passes and names the extension; any other violation still fails it."""
+    from refops.cli import conformance_tiers
+    from refops.testing.lifecycle.materialization import REFOPS_EXTENSION
+    from refops.testing.lifecycle.report import LifecycleReport, PropertyResult, Status
+
+    def report(*violated):
+        results = [PropertyResult(name, Status.VIOLATED, evidence) for name, evidence in violated]
+        results.append(PropertyResult("aliases_preserved", Status.HELD, "held"))
+        return LifecycleReport("op", "cpu", tuple(results))
+
+    extension = ("identity_through_materialization", f"{REFOPS_EXTENSION}: reset_parameters: replaced weight")
+    other = ("requires_grad_kept", "reset_parameters: requires_grad became True on weight")
+    case = type("Case", (), {"factory": None, "inputs": None})()
+    setup = conformance_tiers.Setup.__new__(conformance_tiers.Setup)
+    object.__setattr__(setup, "device", torch.device("cpu"))
+    object.__setattr__(setup, "seed", 0)
+    for te_side, fails in (((extension,), False), ((extension, other), True)):
+        answers = iter([report(*te_side), report()])
+        monkeypatch.setattr(conformance_tiers, "check_lifecycle", lambda *a, **k: next(answers))
+        row = conformance_tiers._run_lifecycle(setup, case, case, {"op": "Linear"})
+        assert row.passed is not fails, row.evidence
+        assert "refops extensions TE does not promise (not a verdict on TE): identity_through_materialization" \
+            in row.evidence
+        assert ("requires_grad_kept: " in row.evidence) is fails

@@ -132,6 +132,32 @@ REPROS = [
         """,
     ),
     Repro(
+        "delayed_scaling_checkpoint_refused",
+        "checkpoint_round_trip",
+        "TE bug",
+        "_extra_state.py: a delayed-scaling op saves its recipe state (scale, amax history) as a Python pickle in "
+        "`_extra_state`, and set_extra_state refuses to unpickle it unless NVTE_ALLOW_UNSAFE_PICKLE_EXTRA_STATE=1 "
+        "(a security guard added in 2.x): TE's own state_dict does not load back by default. refops stores the "
+        "recipe state as tensors, so nothing needs unpickling",
+        """
+        from transformer_engine.common.recipe import DelayedScaling
+
+        recipe = DelayedScaling()
+        with te.quantized_model_init(enabled=True, recipe=recipe):
+            model = te.ops.Linear(64, 64, device="cuda")
+        with te.autocast(enabled=True, recipe=recipe):
+            model(torch.randn(32, 64, device="cuda")).sum().backward()
+        with te.quantized_model_init(enabled=True, recipe=recipe):
+            fresh = te.ops.Linear(64, 64, device="cuda")
+        try:
+            fresh.load_state_dict(model.state_dict())
+        except RuntimeError as error:
+            print("BUG: TE's own delayed-scaling checkpoint does not load back:", str(error).splitlines()[0][:160])
+        else:
+            print("ok: the delayed-scaling checkpoint loaded back")
+        """,
+    ),
+    Repro(
         "load_state_dict_assign_linear",
         "load_state_dict_assign_into_meta",
         "TE bug",

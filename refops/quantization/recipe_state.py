@@ -178,7 +178,12 @@ class DelayedScalingRecipeState(RecipeState):
         self.scale.copy_(torch.where(used, new_scale, self.scale))
 
     def _scale_from_amax(self, amax: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-        numerator = torch.tensor(self.fmax * 2.0 ** (-self.recipe.margin), dtype=torch.float32, device=amax.device)
+        # A filled tensor, not torch.tensor(value, device=cuda): that is a blocking host-to-device copy,
+        # one per update (four per training step of a Linear pair). Same fp32 value, same division
+        # (``value / amax`` would not do: torch computes it as ``value * reciprocal(amax)``). 0-D, as before,
+        # so type promotion with an ``amax`` from a callable algorithm is unchanged.
+        numerator = torch.full((), self.fmax * 2.0 ** (-self.recipe.margin), dtype=torch.float32,
+                               device=amax.device)
         scale = numerator / amax
         scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX), scale)
         valid = torch.isfinite(amax) & (amax > 0)

@@ -74,11 +74,16 @@ class KernelBackend:
         alpha: float = 1.0,
         out: torch.Tensor | None = None,
         accumulate: bool = False,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``alpha * op(a) @ op(b)`` (``+ out`` when ``accumulate``), rounded to ``out_dtype``.
+        """``alpha * op(a) @ op(b)`` (``+ out`` when ``accumulate``) ``+ bias``, rounded to ``out_dtype``.
 
         ``op(t)`` is ``t.T`` when the matching ``trans_*`` flag is set. ``a`` and ``b``
         are 2-D. When ``out`` is given the result is written into it and returned.
+
+        ``bias`` (a plain 1-D tensor of ``op(b)``'s column count, any float dtype) is added to every row
+        of the fp32 result, after ``alpha`` and ``accumulate``, in fp32, before the one rounding to
+        ``out_dtype``: a cuBLAS bias epilogue, as TE's ``general_gemm(bias=...)`` computes it.
 
         Either operand may be a ``refops.quantization.QuantizedTensor``. It is
         dequantized (exactly, to fp32) from the usage blocked along the dim the GEMM

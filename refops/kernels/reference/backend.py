@@ -43,11 +43,12 @@ class ReferenceKernels(KernelBackend):
         alpha: float = 1.0,
         out: torch.Tensor | None = None,
         accumulate: bool = False,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)
         a2 = a.t() if trans_a else a
         b2 = b.t() if trans_b else b
-        result = gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate)
+        result = gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate, bias=bias)
         if out is not None:
             out.copy_(_round_to(result, out.dtype))
             return out

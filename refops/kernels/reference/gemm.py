@@ -31,8 +31,10 @@ def gemm_fp32(
     alpha: float,
     out: torch.Tensor | None,
     accumulate: bool,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``alpha * a @ b (+ out)`` in fp32 (operands already in the orientation to multiply)."""
+    """``alpha * a @ b (+ out) (+ bias)`` in fp32 (operands already in the orientation to multiply; ``bias``
+    1-D, one value per column of the result, added to every row)."""
     if a.is_cuda:
         with _ieee_fp32(a.device):
             result = torch.matmul(a.float(), b.float())
@@ -44,4 +46,9 @@ def gemm_fp32(
         if out is None:
             raise ValueError("gemm: accumulate=True needs an `out` tensor to accumulate into")
         result = result + out.float()
+    if bias is not None:
+        if bias.dim() != 1 or bias.shape[0] != result.shape[-1]:
+            raise ValueError(f"gemm: bias must be 1-D with {result.shape[-1]} elements (the result's columns), "
+                             f"got shape {tuple(bias.shape)}")
+        result = result + bias.float()
     return result

@@ -78,7 +78,7 @@ def _step(model, x, dy, recipe_name):
 @pytest.mark.parametrize("recipe_name", [None, "fp8_delayed_scaling", "fp8_current_scaling", "fp8_block_scaling",
                                          "mxfp8", "nvfp4"])
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float16))
-def test_fused_linear_bias_forward_bit_identical_to_the_fp32_epilogue(recipe_name, dtype, monkeypatch):
+def test_fused_linear_bias_forward_bit_identical_to_the_fp32_epilogue(recipe_name, dtype, monkeypatch, device):
     torch.manual_seed(0)
     build = lambda: te.ops.Sequential(te.ops.Linear(128, 128, dtype=dtype), te.ops.GELU(),  # noqa: E731
                                       te.ops.Linear(128, 128, dtype=dtype))

@@ -29,12 +29,21 @@ import torch
 __all__ = ["KernelBackend"]
 
 
+def _cpu_or_cuda_autocast() -> bool:
+    return torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
+
+
+#: One C call per kernel instead of two (every kernel call pays it): any autocast on; a device type other
+#: than cpu/cuda then only builds an empty context below.
+_autocast_on: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", _cpu_or_cuda_autocast)
+
+
 def _autocast_disabled(method: Callable) -> Callable:
     """Run ``method`` with torch.autocast off: the caller already chose the compute dtype."""
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        if not _autocast_on():
             return method(*args, **kwargs)  # nothing to disable (the common case: no context to build)
         with contextlib.ExitStack() as stack:
             for device_type in ("cpu", "cuda"):

@@ -89,7 +89,7 @@ class _PerTensorQuantizer(Quantizer):
               amax_accumulator: Optional[torch.Tensor] = None) -> dict[str, Any]:
         data, scale_inv, transpose, _ = current_backend().quantize_float8(
             tensor,
-            scale.to(tensor.device),
+            scale if scale.device == tensor.device else scale.to(tensor.device),
             fp8_dtype=torch_fp8_dtype(self.dtype),
             rowwise=rowwise,
             columnwise=columnwise,

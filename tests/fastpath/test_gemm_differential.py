@@ -381,14 +381,14 @@ def test_plain_gemm_bias_epilogue(dtype, alpha, m, k, n, cuda, reference_backend
     the reference's fp32 ``alpha * a @ b + bias``."""
     calls = []
     real_addmm = torch.addmm
-    monkeypatch.setattr(torch, "addmm", lambda *args, **kw: calls.append(1) or real_addmm(*args, **kw))
+    monkeypatch.setattr(torch, "addmm", lambda *args, **kw: calls.append(args[0] is bias) or real_addmm(*args, **kw))
     a, b = make((m, k), dtype, cuda), make((n, k), dtype, cuda, seed=1)
     bias = make((n,), dtype, cuda, seed=2, scale=4.0)
     y, y_ref = run_both(reference_backend, fastpath_backend, a, b, trans_b=True, out_dtype=dtype, alpha=alpha,
                         bias=bias)
     bound32 = accumulation_bound(a, b.t(), alpha=alpha, out=bias.expand(m, n)) + 2 * U32 * bias.double().cpu().abs()
     assert_one_rounding_apart(y, y_ref, bound32, f"{dtype} gemm + bias")
-    assert bool(calls) == (dtype != torch.float32)
+    assert (True in calls) == (dtype != torch.float32)  # fp32: the fp32 GEMM, then the bias added in fp32
 
 
 @pytest.mark.parametrize("recipe_name", RECIPE_NAMES)

@@ -29,6 +29,6 @@ def test_amax_and_scale_are_the_casts_values(pow2, eps, values, device):
         assert torch.equal(got.view(torch.int32), want.view(torch.int32))
     assert torch.equal(qt._scale_inv, (1.0 / scale.double()).float())
     # The tensors held before the cast keep their values (nothing reads them as this cast's).
-    assert torch.equal(old_amax.cpu(), torch.zeros(1)) and torch.equal(old_scale.cpu(), torch.ones(1))
+    assert torch.equal(old_amax.cpu(), torch.zeros(1, device="cpu")) and torch.equal(old_scale.cpu(), torch.ones(1, device="cpu"))
     again = q(x)
     assert torch.equal(again._data, qt._data) and torch.equal(again._transpose, qt._transpose)

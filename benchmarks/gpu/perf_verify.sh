@@ -68,7 +68,8 @@ fi
 F=tests/fastpath
 R=tests/refops
 step tests env PYTHONPATH="$HERE" timeout 140 python3 -m pytest $F/test_gemm_blockwise.py $F/test_gemm_differential.py \
-    $F/test_pipeline_differential.py $F/test_kernel_launch.py $F/test_streams.py $F/test_quantize_differential.py \
+    $F/test_pipeline_differential.py $F/test_kernel_launch.py $F/test_streams.py $F/test_delayed_scaling_update.py \
+    $F/test_quantize_differential.py \
     -k "not test_quantize_differential or float8 and not block or amax or compute_scale" \
     -q -n 8 -p no:cacheprovider --tb=short -ra > "$OUT/tests.log" 2>&1
 step tests-refops env PYTHONPATH="$HERE" timeout 100 python3 -m pytest $R/quantization/test_delayed_update_no_sync.py \

@@ -113,6 +113,22 @@ class KernelBackend:
         """``max |x|`` over all elements as fp32 shape (1,): exact, NaNs skipped, empty gives 0."""
         raise NotImplementedError
 
+    def delayed_scaling_update(
+        self, amax_history: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, *, numerator: float,
+        algorithm: str,
+    ) -> None:
+        """One delayed-scaling recipe update, in place (``recipes-numerics.md`` §5).
+
+        ``amax_history`` fp32 ``(L, n)``, ``scale`` fp32 ``(n,)``, ``amax`` fp32 ``(n,)``: the slots' new
+        amaxes (``amax_history[0]``, or its all-reduction; it may be that very row). For each slot with
+        ``amax != 0`` (NaN counts as used): the history becomes ``[0, old[2], ..., old[L-1], amax]``, and
+        ``scale = RN(fp32(numerator) / m)`` where ``m`` is the max of ``old[1:]`` and ``amax`` folded with
+        ``fmaxf`` from 0 (``algorithm="max"``) or ``amax`` (``"most_recent"``), kept where ``m`` is not
+        finite and positive, ``+inf`` becoming FLT_MAX. Slots with ``amax == 0`` are left alone.
+        ``numerator`` is ``fmax * 2^-margin`` (a Python float, rounded to fp32).
+        """
+        raise NotImplementedError
+
     def compute_scale_from_amax(
         self,
         amax: torch.Tensor,

@@ -8,7 +8,7 @@ import torch
 
 from ..interface import KernelBackend
 from . import activations as act
-from . import norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
+from . import delayed_scaling, norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
 from .gemm import gemm_fp32
 from .gemm_operands import dequantize_gemm_operands
 
@@ -57,6 +57,9 @@ class ReferenceKernels(KernelBackend):
     # ---------------------------------------------------------- quantization
     def amax(self, x):
         return quant_float8.amax(x)
+
+    def delayed_scaling_update(self, amax_history, scale, amax, *, numerator, algorithm):
+        delayed_scaling.delayed_scaling_update(amax_history, scale, amax, numerator=numerator, algorithm=algorithm)
 
     def compute_scale_from_amax(self, amax, *, fmax, force_pow_2_scales, amax_epsilon, value_for_inf):
         return quant_float8.compute_scale_from_amax(

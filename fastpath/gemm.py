@@ -262,12 +262,15 @@ class GemmKernels:
         out: Optional[torch.Tensor] = None,
         accumulate: bool = False,
         role: Optional[str] = None,
+        bias: Optional[torch.Tensor] = None,
     ) -> torch.Tensor:
         kwargs = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha, out=out,
                       accumulate=accumulate, role=role)
         target = out.dtype if out is not None else out_dtype
         if not self._fast_gemm(a, b, out, accumulate, target, trans_a, trans_b):
-            return super().gemm(a, b, **kwargs)
+            return super().gemm(a, b, bias=bias, **kwargs) if bias is not None else super().gemm(a, b, **kwargs)
+        if bias is not None:
+            return self._gemm_bias(a, b, bias, target=target, **kwargs)
         quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
         wide = _fp32_result_of_16bit_operands(a, b, target, out, accumulate)
         if not quantized:
@@ -293,6 +296,44 @@ class GemmKernels:
             result = _mm(a2.t() if trans_a else a2, b2.t() if trans_b else b2, alpha=alpha, out=out,
                          accumulate=accumulate)
         return result if out is None else out
+
+    def _gemm_bias(self, a, b, bias: torch.Tensor, *, target: torch.dtype, trans_a: bool, trans_b: bool,
+                   out_dtype: torch.dtype, alpha: float, out: Optional[torch.Tensor], accumulate: bool,
+                   role: Optional[str]) -> torch.Tensor:
+        """``gemm(..., bias=bias)``: the bias in cuBLAS's epilogue (``addmm`` / ``_scaled_mm(bias=)``), added
+        to the fp32 accumulator before the one rounding, where cuBLAS takes it: a 16-bit result, a bias of
+        that dtype, no ``out``/``accumulate``. Elsewhere the fp32 result, the bias added in fp32, one
+        rounding: the reference's arithmetic, and no more memory traffic than before the ``bias`` keyword."""
+        kwargs = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha, out=out,
+                      accumulate=accumulate, role=role)
+        n = (b.shape[0] if trans_b else b.shape[-1]) if b.dim() >= 2 else -1
+        if not (bias.dim() == 1 and bias.shape[0] == n and bias.is_cuda and bias.device == a.device):
+            return super().gemm(a, b, bias=bias, **kwargs)  # the reference names the problem
+        epilogue = (out is None and not accumulate and bias.dtype == target
+                    and target in (torch.float16, torch.bfloat16) and bias.is_contiguous())
+        if epilogue:
+            quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
+            operands = _scaled_mm_operands(a, b, trans_a, trans_b) if quantized else None
+            if operands is not None and alpha == 1.0:
+                mat1, mat2, scale_a, scale_b = operands
+                return torch._scaled_mm(mat1, mat2, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=target,
+                                        use_fast_accum=_fast_accumulation(a, b, role, trans_a, trans_b))
+            if operands is None and not (quantized and self._blockwise(a, b, trans_a, trans_b, target)):
+                if quantized:
+                    a = self._dequantized(a, _usage(trans_a, "a"), target)
+                    b = self._dequantized(b, _usage(trans_b, "b"), target)
+                if a.dtype == b.dtype == target:
+                    with _fp32_accumulation():
+                        return torch.addmm(bias, a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha)
+        if out is None and not accumulate:
+            wide = self.gemm(a, b, trans_a=trans_a, trans_b=trans_b, out_dtype=torch.float32, alpha=alpha, role=role)
+            return (wide + bias.float()).to(target)
+        return super().gemm(a, b, bias=bias, **kwargs)
+
+    @staticmethod
+    def _blockwise(a, b, trans_a: bool, trans_b: bool, target: torch.dtype) -> bool:
+        """Whether the pair runs as one block-scaled cuBLAS GEMM into ``target`` (which takes no bias)."""
+        return blockwise_scaled_mm_operands(a, b, trans_a, trans_b, target) is not None
 
     @staticmethod
     def _fast_gemm(a, b, out, accumulate, target, trans_a, trans_b) -> bool:

@@ -10,6 +10,8 @@ method                        kernels (``fastpath/kernels/``)
 amax                          ``cast_fp8.cu: fp8_amax_*`` (one pass, block max + atomicMax)
 compute_scale_from_amax       ``fp8_compute_scale`` (one thread per element: one launch
                               instead of a dozen torch ops on a (1,) tensor)
+delayed_scaling_update        ``fp8_delayed_scaling_update`` (one thread per slot: history roll,
+                              amax and scale in one launch instead of ~20 torch ops)
 quantize_float8               ``fp8_cast_*`` (row-wise only, flat) or ``fp8_cast_transpose_*``
                               (one 128x128 tile per block: row-wise bytes and the transposed
                               copy in one pass); the delayed-scaling amax is taken in the same
@@ -127,6 +129,22 @@ class QuantizeKernels:
              (ptr(a), i64(a.numel()), f64(fmax), f64(amax_epsilon), f64(value_for_inf), i32(int(force_pow_2_scales)),
               ptr(scale)), a.device)
         return scale
+
+    def delayed_scaling_update(self, amax_history, scale, amax, *, numerator, algorithm):
+        fits = (
+            algorithm in ("max", "most_recent") and _on_cuda(amax_history, scale, amax)
+            and all(t.dtype == torch.float32 and t.is_contiguous() for t in (amax_history, scale, amax))
+            and amax_history.dim() == 2 and scale.shape == amax.shape == amax_history.shape[1:]
+        )
+        if not fits:
+            return super().delayed_scaling_update(amax_history, scale, amax, numerator=numerator, algorithm=algorithm)
+        length, n = amax_history.shape
+        if n == 0:
+            return None
+        _run("cast_fp8.cu", "fp8_delayed_scaling_update", _grid(n, amax_history.device), _THREADS,
+             (ptr(amax_history), ptr(scale), ptr(amax), i64(length), i64(n), i32(int(algorithm == "max")),
+              f64(numerator)), amax_history.device)
+        return None
 
     # ------------------------------------------------------ per-tensor FP8
     def quantize_float8(self, x, scale, *, fp8_dtype, rowwise, columnwise, amax_accumulator=None):

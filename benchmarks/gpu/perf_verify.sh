@@ -11,11 +11,10 @@
 #   after/vs_te.json, after/vs_te.md      this tree (after/kernels/: each row's kernels per side, by torch.profiler)
 #   before/vs_te.json, before/vs_te.md    the BEFORE tree
 #   compare.md                            refops before / after and the baseline, row by row
-#   proposed/vs_te.{json,md}              the delayed-scaling rows with a proposed one-line refops fix (step 3)
 #   bench_after.log, bench_before.log, tests.log, times.txt
 # What to look for: the ratio column of after/vs_te.md (target <= 1.0 on every row); "device ratio" (the same calls
 # without host gaps) separates kernel time from host time; "host syncs/call" in the notes (the delayed-scaling
-# recipe update); compare.md for before -> after; tests.log must end without failures.
+# recipe update, 0 since issue #27's fix); compare.md for before -> after; tests.log must end without failures.
 #
 # Profiling commands for the rows the CPU-side analysis could not settle (run them by hand, one at a time):
 #   # Timeline of a training step, host gaps and syncs included (per-kernel sums and CUDA API calls):
@@ -60,35 +59,23 @@ if [ -n "$BEFORE" ]; then
     python3 benchmarks/bench_vs_te.py --compare "$OUT/before/vs_te.json" "$OUT/after/vs_te.json" \
         > "$OUT/compare.md" 2>&1
 fi
-# 3. A proposal for refops (not in this tree: refops/ belongs to other engineers), measured on the delayed-scaling
-#    rows: the recipe update builds its numerator with torch.tensor(..., device=cuda), a blocking host-to-device
-#    copy, four times per training step; a filled tensor gives the same bits without the sync. PROPOSED=0 skips it.
-if [ "${PROPOSED:-1}" != 0 ]; then
-    P=/tmp/perf_verify_proposed
-    rm -rf "$P" && mkdir -p "$P" && cp -r "$HERE/refops" "$HERE/fastpath" "$P/"
-    python3 - "$P/refops/quantization/recipe_state.py" <<'PATCH' >> "$OUT/times.txt" 2>&1
-import pathlib, sys
-path = pathlib.Path(sys.argv[1])
-old = "numerator = torch.tensor(self.fmax * 2.0 ** (-self.recipe.margin), dtype=torch.float32, device=amax.device)"
-new = "numerator = torch.full_like(amax, self.fmax * 2.0 ** (-self.recipe.margin), dtype=torch.float32)"
-text = path.read_text()
-print("proposal: delayed-scaling numerator without a sync:", "applied" if old in text else "NOT FOUND (tree changed)")
-path.write_text(text.replace(old, new))
-PATCH
-    step bench-proposed env PYTHONPATH="$P" timeout 50 python3 benchmarks/bench_vs_te.py \
-        --rows step_fp8_delayed,quantize_fp8_delayed --out "$OUT/proposed" > "$OUT/bench_proposed.log" 2>&1
-fi
-# 4. The differential tests of the files this change touched: the GEMM seam and the block-scaled GEMMs, the pipeline
-#    under every recipe, kernel launches and streams, and the per-tensor quantize, scale and amax kernels whose
-#    launchers changed (test_quantize_differential.py's per-tensor part, ~700 of its 2465 cases; the block and
-#    MXFP8 cases share only the one-line launch helper with them and are left out for time).
+# 3. The differential tests of the files this change touched: the GEMM seam (its bias epilogue included) and the
+#    block-scaled GEMMs, the pipeline under every recipe, kernel launches and streams, and the per-tensor quantize,
+#    scale and amax kernels (test_quantize_differential.py's per-tensor part, ~700 of its 2465 cases; the block and
+#    MXFP8 cases share only the one-line launch helper with them and are left out for time); then the refops tests
+#    of issue #27's changes on CUDA (no host sync in the delayed-scaling update, under torch's sync debug mode; the
+#    fused Linear+Bias forward bit for bit as before; current scaling's rebound amax/scale).
 F=tests/fastpath
+R=tests/refops
 step tests env PYTHONPATH="$HERE" timeout 140 python3 -m pytest $F/test_gemm_blockwise.py $F/test_gemm_differential.py \
-    $F/test_pipeline_differential.py $F/test_kernel_launch.py $F/test_streams.py $F/test_quantize_differential.py \
+    $F/test_pipeline_differential.py $F/test_kernel_launch.py $F/test_streams.py $F/test_delayed_scaling_update.py \
+    $F/test_quantize_differential.py \
     -k "not test_quantize_differential or float8 and not block or amax or compute_scale" \
     -q -n 8 -p no:cacheprovider --tb=short -ra > "$OUT/tests.log" 2>&1
+step tests-refops env PYTHONPATH="$HERE" timeout 100 python3 -m pytest $R/quantization/test_delayed_update_no_sync.py \
+    $R/quantization/test_current_scaling_rebinds.py $R/test_gemm_bias.py $R/test_fused_ops.py $R/test_fused_precision.py \
+    --device cuda -q -n 4 -p no:cacheprovider --tb=short -ra >> "$OUT/tests.log" 2>&1
 tail -3 "$OUT/tests.log"
 cat "$OUT/after/vs_te.md" 2>/dev/null
 [ -f "$OUT/compare.md" ] && cat "$OUT/compare.md"
-[ -f "$OUT/proposed/vs_te.md" ] && cat "$OUT/proposed/vs_te.md"
 cat "$OUT/times.txt"

@@ -26,6 +26,7 @@
 //                         accumulator (the block amax is only computed for the accumulator)
 //   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
 //   fp8_compute_scale     compute_scale_from_amax on an fp32 amax tensor (one thread per element)
+//   fp8_delayed_scaling_update  the delayed-scaling recipe update, in place (one thread per slot)
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -396,3 +397,34 @@ extern "C" __global__ void fp8_compute_scale(const float* amax, i64 n, double fm
 FP8_INSTANTIATE(float, f32, 2)
 FP8_INSTANTIATE(__half, f16, 3)
 FP8_INSTANTIATE(__nv_bfloat16, bf16, 3)
+
+// ------------------------------------------------------------------ delayed scaling
+// One delayed-scaling recipe update (KernelBackend.delayed_scaling_update; the reference's torch code is the
+// spec), one thread per slot i of history (L, n) row-major, scale (n,), amax (n,) (amax may be history's row 0:
+// each thread reads its slot's amax before it writes the slot). A slot with amax == 0 (NaN counts as used) is
+// left alone; otherwise m = fmaxf-fold from 0 of old[1..L-1] and amax ("max") or amax ("most_recent"), the
+// history becomes [0, old[2], ..., old[L-1], amax], and where m is finite and > 0 the scale becomes
+// RN(num / m), +inf -> FLT_MAX. Every fp32 operation without .ftz (ieee_f32.cuh): subnormal amaxes count.
+extern "C" __global__ void fp8_delayed_scaling_update(float* history, float* scale, const float* amax, i64 length,
+                                                      i64 n, int algo_max, double numerator) {
+    const float num = f64_to_f32_rn(numerator);
+    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+        const float a0 = amax[i];
+        if (f32_eq(a0, 0.0f)) continue;
+        float m = a0;
+        if (algo_max) {
+            m = 0.0f;
+            for (i64 j = 1; j < length; ++j) m = f32_max(m, history[j * n + i]);
+            m = f32_max(m, a0);
+        }
+        for (i64 j = 1; j + 1 < length; ++j) history[j * n + i] = history[(j + 1) * n + i];
+        if (length > 1) history[(length - 1) * n + i] = a0;
+        history[i] = 0.0f;
+        const bool finite = (__float_as_uint(m) & 0x7F800000u) != 0x7F800000u;
+        if (finite && f32_gt(m, 0.0f)) {
+            float s = f32_div(num, m);
+            if ((__float_as_uint(s) & 0x7FFFFFFFu) == 0x7F800000u) s = __uint_as_float(0x7F7FFFFFu);
+            scale[i] = s;
+        }
+    }
+}

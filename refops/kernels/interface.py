@@ -29,12 +29,21 @@ import torch
 __all__ = ["KernelBackend"]
 
 
+def _cpu_or_cuda_autocast() -> bool:
+    return torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")
+
+
+#: One C call per kernel instead of two (every kernel call pays it): any autocast on; a device type other
+#: than cpu/cuda then only builds an empty context below.
+_autocast_on: Callable[[], bool] = getattr(torch._C, "_is_any_autocast_enabled", _cpu_or_cuda_autocast)
+
+
 def _autocast_disabled(method: Callable) -> Callable:
     """Run ``method`` with torch.autocast off: the caller already chose the compute dtype."""
 
     @functools.wraps(method)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not (torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda")):
+        if not _autocast_on():
             return method(*args, **kwargs)  # nothing to disable (the common case: no context to build)
         with contextlib.ExitStack() as stack:
             for device_type in ("cpu", "cuda"):
@@ -75,11 +84,16 @@ class KernelBackend:
         out: torch.Tensor | None = None,
         accumulate: bool = False,
         role: str | None = None,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``alpha * op(a) @ op(b)`` (``+ out`` when ``accumulate``), rounded to ``out_dtype``.
+        """``alpha * op(a) @ op(b)`` (``+ out`` when ``accumulate``) ``+ bias``, rounded to ``out_dtype``.
 
         ``op(t)`` is ``t.T`` when the matching ``trans_*`` flag is set. ``a`` and ``b``
         are 2-D. When ``out`` is given the result is written into it and returned.
+
+        ``bias`` (a plain 1-D tensor of ``op(b)``'s column count, any float dtype) is added to every row
+        of the fp32 result, after ``alpha`` and ``accumulate``, in fp32, before the one rounding to
+        ``out_dtype``: a cuBLAS bias epilogue, as TE's ``general_gemm(bias=...)`` computes it.
 
         Either operand may be a ``refops.quantization.QuantizedTensor``. It is
         dequantized (exactly, to fp32) from the usage blocked along the dim the GEMM
@@ -106,6 +120,22 @@ class KernelBackend:
     # columnwise_data, columnwise_scale_inv)`` with None for a usage not asked for.
     def amax(self, x: torch.Tensor) -> torch.Tensor:
         """``max |x|`` over all elements as fp32 shape (1,): exact, NaNs skipped, empty gives 0."""
+        raise NotImplementedError
+
+    def delayed_scaling_update(
+        self, amax_history: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, *, numerator: float,
+        algorithm: str,
+    ) -> None:
+        """One delayed-scaling recipe update, in place (``recipes-numerics.md`` §5).
+
+        ``amax_history`` fp32 ``(L, n)``, ``scale`` fp32 ``(n,)``, ``amax`` fp32 ``(n,)``: the slots' new
+        amaxes (``amax_history[0]``, or its all-reduction; it may be that very row). For each slot with
+        ``amax != 0`` (NaN counts as used): the history becomes ``[0, old[2], ..., old[L-1], amax]``, and
+        ``scale = RN(fp32(numerator) / m)`` where ``m`` is the max of ``old[1:]`` and ``amax`` folded with
+        ``fmaxf`` from 0 (``algorithm="max"``) or ``amax`` (``"most_recent"``), kept where ``m`` is not
+        finite and positive, ``+inf`` becoming FLT_MAX. Slots with ``amax == 0`` are left alone.
+        ``numerator`` is ``fmax * 2^-margin`` (a Python float, rounded to fp32).
+        """
         raise NotImplementedError
 
     def compute_scale_from_amax(

@@ -23,6 +23,8 @@ where the scheme allows the cut) and the dim-0 cuts FSDP2 shards with
 
 from __future__ import annotations
 
+import functools
+
 from typing import Any, ClassVar, Optional
 
 import torch
@@ -37,7 +39,9 @@ USAGES = ("rowwise", "columnwise")
 TENSOR_CLASSES: dict[str, type["QuantizedTensor"]] = {}
 
 
-def _contiguous_strides(shape: torch.Size) -> tuple[int, ...]:
+@functools.lru_cache(maxsize=256)
+def _contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """Row-major strides of ``shape`` (cached: every quantized tensor built asks, mostly for a few shapes)."""
     strides, step = [], 1
     for d in reversed(shape):
         strides.append(step)

@@ -50,6 +50,8 @@ _FP8_TORCH_DTYPES = {DType.kFloat8E4M3: torch.float8_e4m3fn, DType.kFloat8E5M2: 
 
 def canonicalize_fp8_dtype(fp8_dtype: Any) -> DType:
     """``DType.kFloat8E4M3`` / ``kFloat8E5M2`` from a DType or the matching torch dtype."""
+    if type(fp8_dtype) is DType and fp8_dtype in _FP8_TORCH_DTYPES:  # the common case, once per cast
+        return fp8_dtype
     for te_dtype, torch_dtype in _FP8_TORCH_DTYPES.items():
         if fp8_dtype == te_dtype or fp8_dtype is torch_dtype:
             return te_dtype

@@ -24,6 +24,8 @@ from ..recipe import (
     NVFP4BlockScaling,
     Recipe,
 )
+from ..kernels import current_backend
+from ..kernels.reference.delayed_scaling import nan_skipping_max, scale_from_amax
 from .float8 import Float8CurrentScalingQuantizer, Float8Quantizer
 from .float8_block import Float8BlockQuantizer
 from .mxfp8 import MXFP8Quantizer
@@ -158,31 +160,27 @@ class DelayedScalingRecipeState(RecipeState):
         """
         recipe: DelayedScaling = self.recipe
         history = self.amax_history
-        a0 = history[0].clone()
-        if recipe.reduce_amax and _group_size(reduction_group) > 1:
+        reduce = recipe.reduce_amax and _group_size(reduction_group) > 1
+        unfused = callable(recipe.amax_compute_algo) or recipe.scaling_factor_compute_algo is not None
+        # A copy only where history's row 0 may change before a0 is read (the all-reduce, the unfused path's
+        # roll); the update kernel reads each slot's a0 before it writes that slot.
+        a0 = history[0].clone() if reduce or unfused else history[0]
+        if reduce:
             torch.distributed.all_reduce(a0, op=torch.distributed.ReduceOp.MAX, group=reduction_group)
-        if callable(recipe.amax_compute_algo) or recipe.scaling_factor_compute_algo is not None:
+        if unfused:
             self._update_unfused(a0)
             return
-        used = a0 != 0
-        rolled = torch.zeros_like(history)
-        if history.shape[0] > 1:
-            rolled[1:-1] = history[2:]
-            rolled[-1] = a0
-        if recipe.amax_compute_algo == "max":
-            amax = _nan_skipping_max(torch.cat([history[1:], a0.unsqueeze(0)]))
-        else:
-            amax = a0
-        new_scale = self._scale_from_amax(amax, self.scale)
-        history.copy_(torch.where(used, rolled, history))
-        self.scale.copy_(torch.where(used, new_scale, self.scale))
+        # One kernel of the backend (the reference: the torch code this method ran before; the fast path: one
+        # launch instead of ~20 tiny ones), reading a0 before it writes history's row 0.
+        algorithm = "max" if recipe.amax_compute_algo == "max" else "most_recent"
+        current_backend().delayed_scaling_update(history, self.scale, a0, numerator=self._numerator(),
+                                                 algorithm=algorithm)
+
+    def _numerator(self) -> float:
+        return self.fmax * 2.0 ** (-self.recipe.margin)
 
     def _scale_from_amax(self, amax: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-        numerator = torch.tensor(self.fmax * 2.0 ** (-self.recipe.margin), dtype=torch.float32, device=amax.device)
-        scale = numerator / amax
-        scale = torch.where(torch.isinf(scale), torch.full_like(scale, FLT_MAX), scale)
-        valid = torch.isfinite(amax) & (amax > 0)
-        return torch.where(valid, scale, old)
+        return scale_from_amax(amax, old, self._numerator())
 
     def _update_unfused(self, a0: torch.Tensor) -> None:
         recipe: DelayedScaling = self.recipe
@@ -223,10 +221,7 @@ def _group_size(group: Any) -> int:
     return dist.get_world_size(group)
 
 
-def _nan_skipping_max(rows: torch.Tensor) -> torch.Tensor:
-    """Column max of ``rows`` (L, n) that skips NaN: TE's kernel folds ``fmaxf`` from 0, so an all-NaN
-    column gives 0 (and the scale stays)."""
-    return torch.fmax(rows, torch.zeros_like(rows[:1])).amax(dim=0)
+_nan_skipping_max = nan_skipping_max  # its former name here
 
 
 class Float8CurrentScalingRecipeState(RecipeState):

@@ -370,3 +370,50 @@ def test_cpu_operands_fall_back_to_the_reference():
     assert gemm_path(qx, qx, trans_b=True) == "dequantize+cublas"  # not CUDA: no _scaled_mm
     assert torch.equal(fast.gemm(qx, qx, trans_b=True, out_dtype=torch.float32),
                        ref.gemm(qx, qx, trans_b=True, out_dtype=torch.float32))
+
+
+# ------------------------------------------------------------ bias epilogue
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+@pytest.mark.parametrize("m,k,n", [(64, 128, 96), (17, 33, 9), (256, 1024, 256)], ids=str)
+def test_plain_gemm_bias_epilogue(dtype, alpha, m, k, n, cuda, reference_backend, fastpath_backend, monkeypatch):
+    """``gemm(..., bias=)``: 16-bit results take cuBLAS's bias epilogue (one ``addmm``), within one rounding of
+    the reference's fp32 ``alpha * a @ b + bias``."""
+    calls = []
+    real_addmm = torch.addmm
+    monkeypatch.setattr(torch, "addmm", lambda *args, **kw: calls.append(args[0] is bias) or real_addmm(*args, **kw))
+    a, b = make((m, k), dtype, cuda), make((n, k), dtype, cuda, seed=1)
+    bias = make((n,), dtype, cuda, seed=2, scale=4.0)
+    y, y_ref = run_both(reference_backend, fastpath_backend, a, b, trans_b=True, out_dtype=dtype, alpha=alpha,
+                        bias=bias)
+    bound32 = accumulation_bound(a, b.t(), alpha=alpha, out=bias.expand(m, n)) + 2 * U32 * bias.double().cpu().abs()
+    assert_one_rounding_apart(y, y_ref, bound32, f"{dtype} gemm + bias")
+    assert (True in calls) == (dtype != torch.float32)  # fp32: the fp32 GEMM, then the bias added in fp32
+
+
+@pytest.mark.parametrize("recipe_name", RECIPE_NAMES)
+@pytest.mark.parametrize("bias_dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_quantized_gemm_bias(recipe_name, bias_dtype, cuda, reference_backend, fastpath_backend):
+    """The fused Linear+Bias forward's GEMM: bf16 result, bias in the epilogue (``_scaled_mm(bias=)`` for
+    per-tensor FP8), the same as the fast path's fp32 result plus the bias, rounded once."""
+    x, w = make((128, 256), torch.bfloat16, cuda), make((128, 256), torch.bfloat16, cuda, seed=1, scale=0.1)
+    bias = make((128,), bias_dtype, cuda, seed=2)
+    with refops.use_backend(reference_backend):
+        qx = quantizer(recipe_name, "input", cuda)(x)
+        qw = quantizer(recipe_name, "weight", cuda)(w)
+    tols = quantization_tols(recipe_name)
+    y, y_ref = run_both(reference_backend, fastpath_backend, qx, qw, trans_b=True, out_dtype=torch.bfloat16,
+                        bias=bias)
+    scale = y_ref.float().abs().amax().item()
+    assert_close(y, y_ref, f"{recipe_name} fprop + bias", rtol=tols["rtol"], atol=tols["atol"] * max(scale, 1e-3))
+    with refops.use_backend(fastpath_backend) as fast:
+        wide = fast.gemm(qx, qw, trans_b=True, out_dtype=torch.float32)
+    unfused = (wide + bias.float()).to(torch.bfloat16)
+    # cuBLAS's epilogue and the separate add see the same fp32 accumulator (up to accumulation order)
+    assert_close(y, unfused, f"{recipe_name} fprop + bias vs fp32 + bias", rtol=2.0 ** -7, atol=1e-6 * scale)
+
+
+def test_gemm_bias_of_another_size_is_the_references_error(cuda, fastpath_backend):
+    a, b = make((16, 32), torch.bfloat16, cuda), make((8, 32), torch.bfloat16, cuda, seed=1)
+    with pytest.raises(ValueError, match="bias must be 1-D with 8"):
+        fastpath_backend.gemm(a, b, trans_b=True, out_dtype=torch.bfloat16, bias=make((7,), torch.bfloat16, cuda))

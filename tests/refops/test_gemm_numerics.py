@@ -189,6 +189,18 @@ def test_alpha_and_accumulate_are_applied_in_fp32_after_the_tensor_core():
     assert torch.equal(got, base * 2.0 + 0.5)
 
 
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
+def test_a_bias_is_added_to_the_tensor_core_s_fp32_result_before_the_one_rounding(out_dtype):
+    """The bias keyword of gemm (the fused Linear+Bias forward) reaches hopper mode too: tensor core result in
+    fp32, plus the bias in fp32, one rounding; never dropped."""
+    a, b = fp8((16, 32), 9), fp8((16, 32), 10)
+    bias = torch.randn(16, generator=torch.Generator().manual_seed(3)).to(torch.bfloat16)
+    wide = ref_gemm(a, b, "hopper", trans_b=True, out_dtype=torch.float32)
+    got = ref_gemm(a, b, "hopper", trans_b=True, out_dtype=out_dtype, bias=bias)
+    assert torch.equal(bits(got), bits((wide + bias.float()).to(out_dtype)))
+    assert not torch.equal(got.float(), ref_gemm(a, b, "hopper", trans_b=True, out_dtype=out_dtype).float())
+
+
 # ------------------------------------------------------------------ refusals
 def test_k_not_a_multiple_of_16_is_refused_in_hopper_mode_only():
     a, b = fp8((16, 24), 9), fp8((16, 24), 10)

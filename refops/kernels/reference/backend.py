@@ -8,7 +8,7 @@ import torch
 
 from ..interface import KernelBackend
 from . import activations as act
-from . import norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
+from . import delayed_scaling, norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
 from ..gemm_numerics import HopperGemmError, gemm_numerics, gemm_role
 from ..gemm_operand import GemmOperand
 from .gemm import gemm_fp32
@@ -47,28 +47,29 @@ class ReferenceKernels(KernelBackend):
         out: torch.Tensor | None = None,
         accumulate: bool = False,
         role: Optional[str] = None,
+        bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         role = gemm_role(role, trans_a=trans_a, trans_b=trans_b)
         if gemm_numerics() == "hopper":
             return self._gemm_hopper(a, b, trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha,
-                                     out=out, accumulate=accumulate, role=role)
+                                     out=out, accumulate=accumulate, role=role, bias=bias)
         a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)
         a2 = a.t() if trans_a else a
         b2 = b.t() if trans_b else b
-        result = gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate)
+        result = gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate, bias=bias)
         if out is not None:
             out.copy_(_round_to(result, out.dtype))
             return out
         return _round_to(result, out_dtype)
 
-    def _gemm_hopper(self, a, b, *, trans_a, trans_b, out_dtype, alpha, out, accumulate, role):
+    def _gemm_hopper(self, a, b, *, trans_a, trans_b, out_dtype, alpha, out, accumulate, role, bias):
         """``gemm`` under ``gemm_numerics("hopper")`` (``refops.kernels.reference.gemm_hopper``)."""
         target = out.dtype if out is not None else out_dtype
         a_op, b_op = gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b, values=False)
         quantized = [isinstance(t, GemmOperand) for t in (a_op, b_op)]
         if all(quantized):
             result = hopper_fp8_gemm(a_op, b_op, role=role, target=target, alpha=alpha, out=out,
-                                     accumulate=accumulate)
+                                     accumulate=accumulate, bias=bias)
         elif any(quantized):
             raise HopperGemmError(
                 "gemm_numerics('hopper'): one operand is quantized and the other is not; a tensor core multiplies "
@@ -79,7 +80,7 @@ class ReferenceKernels(KernelBackend):
                 a_op, b_op = round_to_tf32(a_op), round_to_tf32(b_op)  # TE's fp32 GEMMs: CUBLAS_COMPUTE_32F_FAST_TF32
             a2 = a_op.t() if trans_a else a_op
             b2 = b_op.t() if trans_b else b_op
-            result = _round_to(gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate), target)
+            result = _round_to(gemm_fp32(a2, b2, alpha=alpha, out=out, accumulate=accumulate, bias=bias), target)
         if out is not None:
             out.copy_(result)
             return out
@@ -88,6 +89,9 @@ class ReferenceKernels(KernelBackend):
     # ---------------------------------------------------------- quantization
     def amax(self, x):
         return quant_float8.amax(x)
+
+    def delayed_scaling_update(self, amax_history, scale, amax, *, numerator, algorithm):
+        delayed_scaling.delayed_scaling_update(amax_history, scale, amax, numerator=numerator, algorithm=algorithm)
 
     def compute_scale_from_amax(self, amax, *, fmax, force_pow_2_scales, amax_epsilon, value_for_inf):
         return quant_float8.compute_scale_from_amax(

@@ -18,6 +18,7 @@ import torch
 
 from ..gemm_numerics import SPLIT_ACCUMULATOR, HopperGemmError, current_split_k
 from ..gemm_operand import GemmOperand
+from .gemm import epilogue_fp32
 
 __all__ = ["hopper_fp8_gemm", "load_mmaemu", "round_to_tf32", "MMAEMU_EXTRA"]
 
@@ -87,17 +88,18 @@ def hopper_fp8_gemm(
     alpha: float,
     out: Optional[torch.Tensor],
     accumulate: bool,
+    bias: Optional[torch.Tensor] = None,
 ) -> torch.Tensor:
-    """``alpha * A @ B^T (+ out)`` of two per-tensor FP8 operands read with the contracted dim last.
+    """``alpha * A @ B^T (+ out) (+ bias)`` of two per-tensor FP8 operands read with the contracted dim last.
 
-    The tensor core's fp32 result comes from mmaemu; ``alpha != 1`` and ``accumulate`` are then applied
-    in fp32 and the sum rounded once to ``target``, as the exact mode does (cuBLASLt would fold them into
-    its epilogue: not modelled, see docs/tensor-cores.md).
+    The tensor core's fp32 result comes from mmaemu; ``alpha != 1``, ``accumulate`` and ``bias`` are then
+    applied in fp32 and the sum rounded once to ``target``, as the exact mode does (cuBLASLt folds them into
+    its epilogue: its bits there are not modelled, see docs/tensor-cores.md).
     """
     mat1, mat2 = _fp8_operands(a, b)
     mmaemu = load_mmaemu()
     split_k = current_split_k()
-    direct = alpha == 1.0 and not accumulate
+    direct = alpha == 1.0 and not accumulate and bias is None
     try:
         result = mmaemu.scaled_mm(
             mat1, mat2, a.scale_inv.reshape(()).float(), b.scale_inv.reshape(()).float(),
@@ -111,11 +113,5 @@ def hopper_fp8_gemm(
             f"split_k={split_k!r}): {type(error).__name__}: {error}"
         ) from error
     if not direct:
-        if alpha != 1.0:
-            result = result * alpha
-        if accumulate:
-            if out is None:
-                raise ValueError("gemm: accumulate=True needs an `out` tensor to accumulate into")
-            result = result + out.float()
-        result = result.to(target)
+        result = epilogue_fp32(result, alpha=alpha, out=out, accumulate=accumulate, bias=bias).to(target)
     return result

@@ -51,10 +51,12 @@ class BasicLinear(QuantizedWeights, BasicOperation):
     delayed-scaling ``Float8Quantizer`` (as in TE); for every other quantizer the
     next op quantizes its own input, with identical bytes (TE raises instead).
 
-    Fused ops may set two requests on this op's context before calling its
+    Fused ops may set requests on this op's context before calling its
     forward or backward (:mod:`refops.ops.fused.one_rounding`): ``gemm_alpha``
-    scales the GEMMs' products, and ``gemm_out_fp32`` keeps the output (forward)
-    or dgrad (backward) in fp32, unquantized, for the fused op's one rounding.
+    scales the GEMMs' products, ``gemm_out_fp32`` keeps the output (forward)
+    or dgrad (backward) in fp32, unquantized, for the fused op's one rounding,
+    and ``gemm_bias`` (forward) is added in the forward GEMM's epilogue, before
+    its one rounding to the compute dtype (the output is then not quantized).
 
     Args:
         in_features, out_features: sizes of the input's and output's last dim.
@@ -207,14 +209,16 @@ class BasicLinear(QuantizedWeights, BasicOperation):
         else:
             w_op = maybe_dequantize(weight, dtype)
         x_local, x_op = self._forward_input(x, dtype, input_quantizer, weight_requires_grad and override is None)
+        gemm_bias = getattr(ctx, "gemm_bias", None)
+        extra = {} if gemm_bias is None else {"bias": gemm_bias}  # backends of the older signature keep working
         y = current_backend().gemm(x_op, w_op, trans_b=True, alpha=getattr(ctx, "gemm_alpha", 1.0),
-                                   out_dtype=torch.float32 if getattr(ctx, "gemm_out_fp32", False) else dtype)
+                                   out_dtype=torch.float32 if getattr(ctx, "gemm_out_fp32", False) else dtype, **extra)
         if input_.dim() != 2 or cfg.gathers_input:  # a 2-D input's rows are already the output's
             out_lead = tp.gathered_shape(input_.shape, cfg.size)[:-1] if cfg.gathers_input else input_.shape[:-1]
             y = y.reshape(*out_lead, self.local_out_features)
         if cfg.mode == "row":  # TE drops the output quantizer: the sum is taken in high precision
             y = tp.reduce_output(cfg, y, name)
-        elif recipe is not None and isinstance(next_op_input_quantizer, Float8Quantizer):
+        elif recipe is not None and gemm_bias is None and isinstance(next_op_input_quantizer, Float8Quantizer):
             y = next_op_input_quantizer(y)
 
         if override == "high_precision":

@@ -10,7 +10,7 @@ from ..basic.basic_linear import BasicLinear
 from ..basic.basic_linear_tp import refuse_tensor_parallel_mode
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
-from .one_rounding import epilogue_fp32, linear_forward_fp32
+from .one_rounding import epilogue_fp32, linear_bias_forward, linear_forward_fp32
 from .rules import Condition, FusionRule
 
 __all__ = ["ForwardLinearBiasActivation", "RULE"]
@@ -42,6 +42,12 @@ class ForwardLinearBiasActivation(FusedOperation):
         basic_op_kwargs: list[dict[str, Any]],
     ) -> tuple[torch.Tensor, list[tuple[()]]]:
         linear = self.basic_ops[0]
+        if len(self.basic_ops) == 2:  # the bias in the GEMM's epilogue, one rounding
+            y = linear_bias_forward(linear, basic_op_ctxs[0], self.basic_ops[1], basic_op_ctxs[1], input_,
+                                    prev_op_grad_output_quantizer=prev_op_grad_output_quantizer,
+                                    kwargs=basic_op_kwargs[0])
+            if y is not None:
+                return y, [() for _ in self.basic_ops]
         y = linear_forward_fp32(linear, basic_op_ctxs[0], input_,
                                 prev_op_grad_output_quantizer=prev_op_grad_output_quantizer, kwargs=basic_op_kwargs[0])
         dtype = basic_op_ctxs[0].dtype

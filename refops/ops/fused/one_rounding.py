@@ -22,21 +22,26 @@ from ..basic.constant_scale import ConstantScale
 from ..basic.rms_norm import RMSNorm
 from ..op import OperationContext
 
-__all__ = ["gemm_requests", "linear_forward_fp32", "epilogue_fp32", "backward_fp32", "add_grad_and_round"]
+__all__ = [
+    "gemm_requests", "linear_forward_fp32", "linear_bias_forward", "epilogue_fp32", "backward_fp32",
+    "add_grad_and_round",
+]
 
 
 @contextlib.contextmanager
-def gemm_requests(ctx: OperationContext, *, alpha: float = 1.0, out_fp32: bool = True) -> Iterator[None]:
-    """Ask ``BasicLinear`` (through its context) for scaled and/or fp32 GEMM results, for one call only.
+def gemm_requests(ctx: OperationContext, *, alpha: float = 1.0, out_fp32: bool = True,
+                  bias: Optional[torch.Tensor] = None) -> Iterator[None]:
+    """Ask ``BasicLinear`` (through its context) for scaled and/or fp32 GEMM results, or for a bias added
+    in the forward GEMM's epilogue, for one call only.
 
     The requests are removed afterwards, so the unfused backward that later reads
     the same context computes as usual.
     """
-    ctx.gemm_alpha, ctx.gemm_out_fp32 = alpha, out_fp32
+    ctx.gemm_alpha, ctx.gemm_out_fp32, ctx.gemm_bias = alpha, out_fp32, bias
     try:
         yield
     finally:
-        del ctx.gemm_alpha, ctx.gemm_out_fp32
+        del ctx.gemm_alpha, ctx.gemm_out_fp32, ctx.gemm_bias
 
 
 def linear_forward_fp32(
@@ -47,6 +52,32 @@ def linear_forward_fp32(
     with gemm_requests(ctx):
         return linear.op_forward(ctx, input_, prev_op_grad_output_quantizer=prev_op_grad_output_quantizer,
                                  next_op_input_quantizer=None, **kwargs)
+
+
+def linear_bias_forward(
+    linear: BasicLinear, linear_ctx: OperationContext, bias_op: Bias, bias_ctx: OperationContext,
+    input_: torch.Tensor, *, prev_op_grad_output_quantizer: Any, kwargs: dict[str, Any],
+) -> Optional[torch.Tensor]:
+    """``round(x W^T + b)``: the bias added to the fp32 accumulator in the GEMM's epilogue (``bias=`` of
+    ``KernelBackend.gemm``, TE's ``general_gemm(bias=...)``), one rounding to the compute dtype; both
+    contexts filled as the basic ops' forwards fill them.
+
+    The same numbers as :func:`linear_forward_fp32`, then :func:`epilogue_fp32`, then the rounding, which
+    is what it replaces; None (nothing run) where the bias cannot go into the GEMM as it is (another size
+    or device than the linear's output): the caller takes that path, which raises the Bias's own error.
+    """
+    bias = bias_op.bias
+    if bias_op.local_size != linear.local_out_features or bias.device != linear.weight.device:
+        return None
+    gemm_bias = maybe_dequantize(bias, torch.float32) if isinstance(bias, QuantizedTensor) else bias.detach()
+    with gemm_requests(linear_ctx, out_fp32=False, bias=gemm_bias):
+        y = linear.op_forward(linear_ctx, input_, prev_op_grad_output_quantizer=prev_op_grad_output_quantizer,
+                              next_op_input_quantizer=None, **kwargs)
+    dtype = linear_ctx.dtype
+    bias_op.check_input(torch.empty((), dtype=dtype, device=y.device).expand(y.shape))
+    bias_ctx.dtype = dtype
+    bias_ctx.grad_input_quantizer = Bias._grad_input_quantizer(bias_ctx, linear.get_grad_output_quantizer())
+    return y
 
 
 def epilogue_fp32(

@@ -224,5 +224,8 @@ class TransposedWgradLinear(torch.nn.Linear):
 
 def scale_grad(module: torch.nn.Module, parameter: str, factor: float) -> torch.nn.Module:
     """Bug: the grad of ``parameter`` multiplied by ``factor`` (0: a dropped grad)."""
-    dict(module.named_parameters())[parameter].register_hook(lambda g: g * factor)
+    def scale(p):
+        p.grad.mul_(factor)
+
+    dict(module.named_parameters())[parameter].register_post_accumulate_grad_hook(scale)
     return module

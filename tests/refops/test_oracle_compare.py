@@ -142,7 +142,8 @@ def test_the_report_says_the_bytes_tier_did_not_run_for_a_plain_tensor_candidate
     assert not bytes_tier.ran and bytes_tier.count == 0  # ...and the report says no byte was compared
     assert "refops_quantized_operands()" in bytes_tier.why and "check_quantizer" in bytes_tier.why
     assert "the reference quantized: grad_output, input, weight" in bytes_tier.why
-    assert report.tier("tolerance").ran and report.tier("SQNR").ran and not report.tier("recipe state (exact)").ran
+    assert report.tier("numerics").ran and report.tier("SQNR").ran and not report.tier("recipe state (exact)").ran
+    assert not report.tier("tolerance").ran and "tier='numerics' was asked" in report.tier("tolerance").why
     assert "NOT RUN bytes (exact)" in str(report)
 
 

@@ -361,8 +361,9 @@ def judge(
 def _diagnose(name, distance, allowed, spread, out_of_bound, c64, r64, l64, quantized, unquantized64) -> str:
     """One line saying what the numbers suggest went wrong."""
     finite = not any(math.isnan(v) for v in (c64, r64))
-    if finite and quantized and unquantized64 is not None and c64 > r64 + 3.0 and abs(c64 - unquantized64) < abs(
-            c64 - r64):
+    near_unquantized = unquantized64 is not None and (
+        c64 == unquantized64 or abs(c64 - unquantized64) < abs(c64 - r64))
+    if finite and quantized and near_unquantized and c64 > r64 + 3.0:
         return (f"why: the candidate's {name} is as close to float64 ({_db(c64)} dB) as an unquantized run would "
                 f"be ({_db(unquantized64)} dB), the reference's is {_db(r64)} dB: the reference quantized the "
                 f"operands of {_role(name)}, the candidate evidently did not")

@@ -361,6 +361,10 @@ def _run_module(setup: Setup, cells: dict[str, str]) -> Row:
     details: dict[str, Any] = {
         "comparisons": [str(c) for c in report.comparisons],
         "tiers not run": [str(t) for t in report.tiers if not t.ran],
+        "to float64 (candidate / reference dB) and bit-identical share": {
+            c.name: (c.candidate_to_float64_db, c.reference_to_float64_db, c.bit_identical_share)
+            for c in report.comparisons if c.tier == "numerics"
+        },
     }
     if report.ok:
         output = report["output"] if any(c.name == "output" for c in report.comparisons) else None

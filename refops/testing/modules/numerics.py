@@ -43,7 +43,12 @@ A tensor passes when
    ``R``, ``C``, ``T`` the row, column and overall means of the squared deviation, summed over
    the two): a GEMM's rounding error scales with ``|x| @ |W|^T``, the product of a row
    magnitude and a column magnitude of its operands, not with the result, and this profile
-   measures that product for the pipeline at hand.
+   measures that product for the pipeline at hand; and
+3. **no mean shift** (the output and input grads, whose rows are samples): rounding differences
+   and the code flips they cause are zero-mean over the rows, a wrong bias or a lost scale is
+   not. The tensor fails when ``cand - ref`` has an offset, overall or in one column, whose
+   z-score exceeds 6 and whose size exceeds ``max(eps, 2^-10)`` of the tensor's rms (2^-10:
+   eight times the bias a tensor core's truncated 13-bit partial sums can give a result).
 
 The report of a failing tensor says which criterion failed and why (``why:``): a
 candidate as close to float64 as an unquantized run where the reference quantized (a
@@ -265,6 +270,39 @@ def _profile(d: torch.Tensor) -> torch.Tensor:
     return (sq.mean(dim=1, keepdim=True) * sq.mean(dim=0, keepdim=True) / total).sqrt()
 
 
+#: The mean-shift check: a z-score beyond this, and a shift beyond SHIFT_FLOOR of the tensor's rms.
+SHIFT_Z = 6.0
+#: 2^-10: eight times the bias a tensor core's truncated 13-bit partial sums can give a result.
+SHIFT_FLOOR = 2.0 ** -10
+
+
+def _mean_shift(name: str, d: torch.Tensor, high: torch.Tensor, eps: float) -> str:
+    """A diagnosis when ``d = cand - ref`` of a batch-major tensor (the output, an input grad) has a consistent
+    offset, overall or in a column, that rounding cannot explain: rounding differences and the FP8 code flips
+    they cause are zero-mean over the rows (the samples); a wrong bias or a skipped scale is not. Empty if none."""
+    if not (name == "output" or name.startswith("input[")) or d.dim() < 2:
+        return ""
+    d, h = _matrix(d), _matrix(high)
+    rows = d.shape[0]
+    if rows < 16 or not bool(d.any()):
+        return ""
+    floor = max(eps, SHIFT_FLOOR) * float(h.square().mean().sqrt().item())
+    means, sds = d.mean(dim=0), d.std(dim=0)
+    z = means.abs() / (sds / math.sqrt(rows)).clamp_min(1e-300)
+    worst = int(torch.argmax(torch.where(means.abs() > floor, z, torch.zeros_like(z))).item())
+    overall_mean = float(d.mean().item())
+    overall_z = abs(overall_mean) / max(float(d.std().item()) / math.sqrt(d.numel()), 1e-300)
+    if abs(overall_mean) > floor and overall_z > SHIFT_Z:
+        return (f"why: the candidate's {name} is offset from the reference by {overall_mean:.3g} on average "
+                f"(z = {overall_z:.1f} over {d.numel()} elements; rounding differences are zero-mean): a systematic "
+                f"error such as a wrong bias, not rounding")
+    if abs(float(means[worst].item())) > floor and float(z[worst].item()) > SHIFT_Z:
+        return (f"why: column {worst} of the candidate's {name} is offset from the reference by "
+                f"{float(means[worst].item()):.3g} on average over its {rows} rows (z = {float(z[worst].item()):.1f}; "
+                f"rounding differences are zero-mean): a systematic error such as a wrong bias, not rounding")
+    return ""
+
+
 def parity_margin_db(numel: int) -> float:
     """How far (dB) two equally good quantized runs' SQNRs against float64 may fall apart on ``numel`` elements:
     three standard deviations of an error energy estimated from ``numel`` samples, at least 0.25 dB."""
@@ -334,6 +372,9 @@ def judge(
                                   + _profile((r - h).nan_to_num()).square()).sqrt() + eps * _matrix(h).abs()
         out_of_bound = (_matrix(diff) > bound) | _matrix(nan_c != nan_r)
     elements_ok = not bool(out_of_bound.any())
+    shift = _mean_shift(name, (c - r).nan_to_num(), scale_ref, eps)
+    if shift:
+        elements_ok = False
     decided = "spread" if spread_ok else "parity" if parity_ok else None
     criterion = (f"numerics: ||cand-ref|| {distance:.3g} vs {SPREAD_FACTOR:g}x legit spread {spread:.3g} "
                  f"+ eps||f64|| = {allowed:.3g}")
@@ -345,11 +386,14 @@ def judge(
     passed = bool(decided) and elements_ok
     if passed:
         criterion = f"passed by the {decided}; " + criterion
+    elif shift and decided:
+        criterion = "failed by the mean shift; " + criterion
+        why = shift
     else:
         decided = "element-wise bound" if decided else ("spread" + (" and parity" if quantized and h is not None
                                                                       else ""))
         criterion = f"failed by the {decided}; " + criterion
-        why = _diagnose(name, distance, allowed, spread, out_of_bound, to_f64_c, to_f64_r, to_f64_l, quantized,
+        why = shift or _diagnose(name, distance, allowed, spread, out_of_bound, to_f64_c, to_f64_r, to_f64_l, quantized,
                         sqnr_db(unquantized.double().cpu(), h) if unquantized is not None and h is not None
                         else None)
     rel = diff / r.abs().clamp_min(torch.finfo(torch.float64).tiny)

@@ -83,6 +83,22 @@ class FastAccumulationGemm(_GemmVariant):
         return total
 
 
+class SequentialTruncationGemm(FastAccumulationGemm):
+    """Correct (a cruder fast accumulation): the accumulator keeps 14 mantissa bits after each block of 4 products
+    (truncated), so every quantized result is shrunk toward zero by up to K/4 truncations."""
+
+    name = "variant-fp8-sequential-truncation"
+
+    def product(self, a, b, *, quantized, operands):
+        a, b = a.float(), b.float()
+        if not quantized:
+            return torch.matmul(a, b)
+        total = torch.zeros(a.shape[0], b.shape[1])
+        for start in range(0, a.shape[1], 4):
+            total = truncate_mantissa(total + torch.matmul(a[:, start:start + 4], b[start:start + 4]), self.bits)
+        return total
+
+
 class OneRoundingDgelu(ReferenceKernels):
     """Correct (TE's fused dGELU+quantize): the activation's grad handed on in fp32, so the quantizer that follows
     rounds the fp32 dGELU once, where the reference rounds it to the activation dtype first."""
@@ -124,7 +140,8 @@ class MissingScaleInv(_GemmVariant):
         return result
 
 
-VARIANT_BACKENDS = {cls.name: cls for cls in (SplitKGemm, Tf32Gemm, FastAccumulationGemm, OneRoundingDgelu)}
+VARIANT_BACKENDS = {cls.name: cls for cls in (SplitKGemm, Tf32Gemm, FastAccumulationGemm, SequentialTruncationGemm,
+                                               OneRoundingDgelu)}
 BUG_BACKENDS = {cls.name: cls for cls in (BiasOff, AmaxWithoutAbs, MissingScaleInv)}
 for _name, _cls in {**VARIANT_BACKENDS, **BUG_BACKENDS}.items():
     register_backend(_name, _cls)

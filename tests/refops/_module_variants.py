@@ -176,7 +176,7 @@ def current_quantize(t: torch.Tensor, fp8_dtype, *, abs_amax: bool = True) -> to
 class _Fp8LinearFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, options):
-        quantize_input, quantize_wgrad, abs_amax, transpose_wgrad = options
+        quantize_input, quantize_wgrad, abs_amax, transpose_wgrad, grad_format = options
         xq = current_quantize(x, E4M3, abs_amax=abs_amax) if quantize_input else x.float()
         wq = current_quantize(weight, E4M3, abs_amax=abs_amax)
         ctx.save_for_backward(x, xq, wq)
@@ -187,8 +187,8 @@ class _Fp8LinearFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, xq, wq = ctx.saved_tensors
-        _, quantize_wgrad, abs_amax, transpose_wgrad = ctx.options
-        dyq = current_quantize(dy, E5M2, abs_amax=abs_amax)
+        _, quantize_wgrad, abs_amax, transpose_wgrad, grad_format = ctx.options
+        dyq = current_quantize(dy, grad_format, abs_amax=abs_amax)
         dx = (dyq @ wq).to(ctx.dtype)
         if quantize_wgrad:
             dw = dyq.t() @ xq
@@ -201,7 +201,8 @@ class _Fp8LinearFunction(torch.autograd.Function):
 
 
 class NewcomerFp8Linear(torch.nn.Module):
-    """A plain-torch FP8 current-scaling Linear (E4M3 forward, E5M2 grads: HYBRID), built from the recipe's text.
+    """A plain-torch FP8 current-scaling Linear (E4M3 forward, E5M2 grads: HYBRID, or ``grad_format``), built from
+    the recipe's text.
 
     Options plant bugs: ``quantize_input=False`` skips the input's quantization in forward; ``quantize_wgrad=False``
     runs the wgrad GEMM on unquantized operands (#29); ``abs_amax=False`` takes the amax without abs;
@@ -209,12 +210,12 @@ class NewcomerFp8Linear(torch.nn.Module):
     """
 
     def __init__(self, in_features, out_features, *, bias=True, dtype=torch.float32, quantize_input=True,
-                 quantize_wgrad=True, abs_amax=True, transpose_wgrad=False):
+                 quantize_wgrad=True, abs_amax=True, transpose_wgrad=False, grad_format=E5M2):
         super().__init__()
         self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, dtype=dtype))
         torch.nn.init.uniform_(self.weight, -in_features ** -0.5, in_features ** -0.5)
         self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=dtype)) if bias else None
-        self.options = (quantize_input, quantize_wgrad, abs_amax, transpose_wgrad)
+        self.options = (quantize_input, quantize_wgrad, abs_amax, transpose_wgrad, grad_format)
 
     def forward(self, x):
         return _Fp8LinearFunction.apply(x, self.weight, self.bias, self.options)

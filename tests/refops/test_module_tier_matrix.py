@@ -91,6 +91,19 @@ def test_a_newcomers_correct_fp8_linear_passes_with_any_output_grad(dtype_name):
         assert report.ok, str(report)
 
 
+def test_a_newcomers_fp8_linear_passes_under_the_e4m3_test_recipe_when_it_quantizes_grads_in_e4m3():
+    recipe = make_recipe("fp8_current_scaling")  # TE's test setting: Format.E4M3, grads in E4M3 too
+    for seed, dtype in ((0, torch.float32), (1, torch.bfloat16)):
+        x = _input(dtype, seed)
+        right = compare_modules(mv.NewcomerFp8Linear(64, 32, dtype=dtype, grad_format=mv.E4M3),
+                                te.ops.Linear(64, 32, dtype=dtype), (x,), recipe=recipe)
+        assert right.ok, str(right)
+        # E5M2 grads under an E4M3 recipe: a coarser quantization than the recipe's, caught and said so.
+        wrong = compare_modules(mv.NewcomerFp8Linear(64, 32, dtype=dtype), te.ops.Linear(64, 32, dtype=dtype), (x,),
+                                recipe=recipe)
+        assert not wrong.ok and "coarser quantization" in wrong["input[0].grad"].why
+
+
 def test_tanh_gelu_in_plain_torch_passes_and_erf_gelu_is_below_the_module_tiers_resolution():
     def torch_mlp(approximate):
         return torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.GELU(approximate=approximate),

@@ -441,7 +441,8 @@ def _diagnose(name, distance, allowed, spread, out_of_bound, c64, r64, l64, quan
     if finite and c64 < r64 - 3.0:
         return (f"why: the candidate's {name} is farther from float64 ({_db(c64)} dB) than the reference's "
                 f"({_db(r64)} dB) and than a legitimately different implementation's ({_db(l64)} dB): a wrong "
-                f"value, not a rounding difference")
+                f"value, or a coarser quantization than the recipe's (another FP8 format, scaling or block), "
+                f"not a rounding difference")
     count = int(out_of_bound.sum().item())
     if distance <= allowed:
         return (f"why: {count} of {out_of_bound.numel()} elements of {name} differ from the reference by more than "

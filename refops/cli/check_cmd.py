@@ -144,14 +144,15 @@ def _run_case(op: str, recipe_name: Optional[str], dtype: torch.dtype, device: t
             # to an SQNR floor, as tests/fastpath's pipeline suite holds it (the quantized bytes of the
             # input and the weights are still compared exactly).
             return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="sqnr")
-        return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe)
+        return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="tolerance")
     x = _qdq_input(x, recipe)
     candidate = build(device, dtype)
     with torch.no_grad(), autocast(enabled=recipe is not None, recipe=recipe):
         candidate(x)  # materialize (and quantize) before copying parameters out
     if recipe is None:
         return compare_modules(
-            candidate, _float64_twin(build64(device), dtype), (x,), tolerances=LOOSE_TOLS if pipeline else None
+            candidate, _float64_twin(build64(device), dtype), (x,), tolerances=LOOSE_TOLS if pipeline else None,
+            tier="tolerance",
         )
     # Quantized against float64: element-wise tolerances say little about small elements, so
     # every output and grad must clear an SQNR floor (torchao's style; NVFP4 has 4-bit noise).

@@ -295,7 +295,10 @@ MODULE_CRITERION = (
     "version of the recipe, and its refops twin as the reference; both start from the same values and "
     "quantize their own weights (with quantized weights: built inside each library's "
     "`quantized_model_init`). Forward and backward on a zero-mean random input; the output, the input's "
-    "grad and every parameter's grad are judged by the module tier's criterion (its report says which)."
+    "grad and every parameter's grad are judged by the module tier's default criterion, `tier=\"numerics\"`: "
+    "within 4x a legitimately different refops twin's distance of the reference, or (quantized) as close to a "
+    "float64 twin as the reference, and element-wise within 12x the row x column error profile (its report "
+    "says which decided)."
 )
 
 
@@ -359,6 +362,10 @@ def _run_module(setup: Setup, cells: dict[str, str]) -> Row:
     details: dict[str, Any] = {
         "comparisons": [str(c) for c in report.comparisons],
         "tiers not run": [str(t) for t in report.tiers if not t.ran],
+        "to float64 (candidate / reference dB) and bit-identical share": {
+            c.name: (c.candidate_to_float64_db, c.reference_to_float64_db, c.bit_identical_share)
+            for c in report.comparisons if c.tier == "numerics"
+        },
     }
     if report.ok:
         output = report["output"] if any(c.name == "output" for c in report.comparisons) else None

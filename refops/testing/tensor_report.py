@@ -50,15 +50,24 @@ class TensorComparison:
     numel: int
     first_mismatches: tuple[tuple[int, ...], ...]
     criterion: str
+    #: The share of elements bit-identical between the two sides (None where not compared as values).
+    bit_identical_share: Optional[float] = None
+    #: Under the module tier's "numerics" criterion: each side's SQNR (dB) against the float64 twin.
+    candidate_to_float64_db: Optional[float] = None
+    reference_to_float64_db: Optional[float] = None
+    #: For a failure judged by the "numerics" criterion: one line of diagnosis, starting "why:".
+    why: str = ""
 
     def __str__(self) -> str:
         status = "ok  " if self.passed else "FAIL"
         where = f", first at {list(self.first_mismatches)}" if self.num_mismatches else ""
-        return (
+        share = "" if self.bit_identical_share is None else f" bit-identical={100 * self.bit_identical_share:.1f}%"
+        line = (
             f"{status} {self.name:<28} {self.tier:<9} max_abs={self.max_abs_error:.3e} "
             f"max_rel={self.max_rel_error:.3e} sqnr={self.sqnr_db:.1f}dB "
-            f"mismatches={self.num_mismatches}/{self.numel}{where} [{self.criterion}]"
+            f"mismatches={self.num_mismatches}/{self.numel}{where}{share} [{self.criterion}]"
         )
+        return line + (f"\n       {self.why}" if self.why and not self.passed else "")
 
 
 def _values(t: torch.Tensor) -> torch.Tensor:

@@ -136,13 +136,14 @@ def _tie_input():
 def test_the_report_says_the_bytes_tier_did_not_run_for_a_plain_tensor_candidate_and_why():
     recipe = te.recipe.Float8CurrentScaling()
     report = compare_modules(_DividingFp8Linear(64, 32), te.ops.Linear(64, 32), (_tie_input(),), recipe=recipe,
-                             grad_output=torch.ones(16, 32))
+                             grad_output=torch.ones(16, 32), tier="tolerance")
     assert report.ok  # the bug is within the GEMM tolerance: the tolerance tiers cannot see it...
     bytes_tier = report.tier("bytes (exact)")
     assert not bytes_tier.ran and bytes_tier.count == 0  # ...and the report says no byte was compared
     assert "refops_quantized_operands()" in bytes_tier.why and "check_quantizer" in bytes_tier.why
     assert "the reference quantized: grad_output, input, weight" in bytes_tier.why
     assert report.tier("tolerance").ran and report.tier("SQNR").ran and not report.tier("recipe state (exact)").ran
+    assert not report.tier("numerics").ran and "tier='tolerance' was asked" in report.tier("numerics").why
     assert "NOT RUN bytes (exact)" in str(report)
 
 

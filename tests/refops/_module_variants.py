@@ -14,16 +14,14 @@ import torch
 
 import refops as te
 from refops.kernels import ReferenceKernels, register_backend, use_backend
+from refops.kernels.reference.gemm import epilogue_fp32
 from refops.kernels.reference.gemm_operands import dequantize_gemm_operands
 from refops.quantization.quantized_tensor import QuantizedTensor
 from refops.testing.modules.numerics import round_to_tf32, truncate_mantissa
 
 
-def _finish(result, out, out_dtype, alpha, accumulate):
-    if alpha != 1.0:
-        result = result * alpha
-    if accumulate:
-        result = result + out.float()
+def _finish(result, out, out_dtype, alpha, accumulate, bias=None):
+    result = epilogue_fp32(result, alpha=alpha, out=out, accumulate=accumulate, bias=bias)
     if out is not None:
         out.copy_(result.to(out.dtype))
         return out
@@ -31,13 +29,14 @@ def _finish(result, out, out_dtype, alpha, accumulate):
 
 
 class _GemmVariant(ReferenceKernels):
-    def gemm(self, a, b, *, trans_a=False, trans_b=False, out_dtype, alpha=1.0, out=None, accumulate=False):
+    def gemm(self, a, b, *, trans_a=False, trans_b=False, out_dtype, alpha=1.0, out=None, accumulate=False,
+             role=None, bias=None):
         quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
         qa, qb = a, b
         a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)
         a2, b2 = (a.t() if trans_a else a), (b.t() if trans_b else b)
         result = self.product(a2, b2, quantized=quantized, operands=(qa, qb))
-        return _finish(result, out, out_dtype, alpha, accumulate)
+        return _finish(result, out, out_dtype, alpha, accumulate, bias)
 
     def product(self, a, b, *, quantized, operands):
         raise NotImplementedError
@@ -116,6 +115,9 @@ class BiasOff(ReferenceKernels):
 
     def bias_activation_forward(self, x, bias, activation, **params):
         return super().bias_activation_forward(x, None if bias is None else bias + 0.01, activation, **params)
+
+    def gemm(self, a, b, *, bias=None, **kwargs):  # a fused Linear+Bias adds its bias in the GEMM's epilogue
+        return super().gemm(a, b, bias=None if bias is None else bias + 0.01, **kwargs)
 
 
 class AmaxWithoutAbs(ReferenceKernels):

@@ -67,6 +67,8 @@ import torch
 
 from ...kernels import current_backend, use_backend
 from ...kernels.reference import ReferenceKernels
+from ...kernels.reference.gemm import epilogue_fp32
+from ...kernels.reference.gemm_hopper import round_to_tf32
 from ...kernels.reference.gemm_operands import dequantize_gemm_operands
 from ...quantization.quantized_tensor import QuantizedTensor
 from ..tensor_report import TensorComparison, sqnr_db
@@ -89,15 +91,6 @@ SPREAD_FACTOR = 4.0
 ELEMENT_FACTOR = 12.0
 
 
-def round_to_tf32(x: torch.Tensor) -> torch.Tensor:
-    """fp32 ``x`` rounded to TF32 (10 explicit mantissa bits), round to nearest even."""
-    bits = x.float().contiguous().view(torch.int32)
-    lsb = (bits >> 13) & 1
-    rounded = (bits + 0xFFF + lsb) & ~0x1FFF
-    finite = torch.isfinite(x.float())
-    return torch.where(finite, rounded.view(torch.float32), x.float())
-
-
 def truncate_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
     """fp32 ``x`` with only ``bits`` explicit mantissa bits kept (rounded toward zero)."""
     drop = 23 - bits
@@ -114,7 +107,8 @@ class LegitNumericsKernels(ReferenceKernels):
     chunk = 32
     partial_bits = 13
 
-    def gemm(self, a, b, *, trans_a=False, trans_b=False, out_dtype, alpha=1.0, out=None, accumulate=False):
+    def gemm(self, a, b, *, trans_a=False, trans_b=False, out_dtype, alpha=1.0, out=None, accumulate=False,
+             role=None, bias=None):
         quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
         a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)
         a2 = (a.t() if trans_a else a).float()
@@ -125,10 +119,7 @@ class LegitNumericsKernels(ReferenceKernels):
             if a.dtype == torch.float32 and b.dtype == torch.float32:
                 a2, b2 = round_to_tf32(a2), round_to_tf32(b2)
             result = torch.matmul(a2.flip(-1), b2.flip(0))  # the sums in another order
-        if alpha != 1.0:
-            result = result * alpha
-        if accumulate:
-            result = result + out.float()
+        result = epilogue_fp32(result, alpha=alpha, out=out, accumulate=accumulate, bias=bias)
         if out is not None:
             out.copy_(result.to(out.dtype))
             return out

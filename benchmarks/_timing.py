@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
-__all__ = ["median_ms", "tensors_in", "unique_bytes"]
+__all__ = ["event_intervals_ms", "median_ms", "tensors_in", "unique_bytes"]
 
 
 def median_ms(fn: Callable[[], Any], *, warmup: int = 2, reps: int = 20, slow_call_s: float = 0.1,
@@ -33,14 +33,18 @@ def median_ms(fn: Callable[[], Any], *, warmup: int = 2, reps: int = 20, slow_ca
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
+    return statistics.median(event_intervals_ms(fn, reps)), reps
+
+
+def event_intervals_ms(fn: Callable[[], Any], reps: int) -> list[float]:
+    """The milliseconds between CUDA events recorded around each of ``reps`` calls enqueued back to back."""
     events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
     events[0].record()
     for i in range(reps):
         fn()
         events[i + 1].record()
     events[-1].synchronize()
-    times = [events[i].elapsed_time(events[i + 1]) for i in range(reps)]
-    return statistics.median(times), reps
+    return [events[i].elapsed_time(events[i + 1]) for i in range(reps)]
 
 
 def tensors_in(value: Any) -> Iterable[torch.Tensor]:

@@ -63,6 +63,7 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # peers.py and nvfp4_vs_compile.py beside this script
 
 import torch  # noqa: E402
+from _timing import event_intervals_ms  # noqa: E402
 
 RECORD_KEYS = ("work", "te_ms", "refops_ms", "ratio")
 
@@ -246,13 +247,7 @@ def eager_ms(fn: Callable[[], Any], reps: int, warmup: int) -> float:
     for _ in range(warmup):
         fn()
     _sync()
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    events[0].record()
-    for i in range(reps):
-        fn()
-        events[i + 1].record()
-    events[-1].synchronize()
-    return statistics.median(events[i].elapsed_time(events[i + 1]) for i in range(reps))
+    return statistics.median(event_intervals_ms(fn, reps))
 
 
 def host_ms(fn: Callable[[], Any], calls: int) -> float:
@@ -289,13 +284,7 @@ def device_ms(fn: Callable[[], Any], reps: int, host_ms_per_call: float) -> floa
     _sync()
     spin_ms = 1.5 * host_ms_per_call * reps + 5.0
     torch.cuda._sleep(int(spin_ms * _spin_cycles_per_ms()))
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(reps + 1)]
-    events[0].record()
-    for i in range(reps):
-        fn()
-        events[i + 1].record()
-    events[-1].synchronize()
-    return statistics.median(events[i].elapsed_time(events[i + 1]) for i in range(reps))
+    return statistics.median(event_intervals_ms(fn, reps))
 
 
 # ------------------------------------------------------------------------------------------ the sides

@@ -35,12 +35,12 @@ def test_cuda_defaults_move_to_the_cpu_through_decorators(harness):
     def helper(shape, device="cuda", other="cuda:1", dtype=torch.float32):
         return device, other
 
-    def test_method(self, *, device: torch.device = "cuda", ref_device="cpu", tensor_device=torch.device("cuda")):
+    def te_test(self, *, device: torch.device = "cuda", ref_device="cpu", tensor_device=torch.device("cuda")):
         return device, ref_device, tensor_device
 
-    @functools.wraps(test_method)
+    @functools.wraps(te_test)
     def decorated(*args, **kwargs):  # what @torch.inference_mode leaves: a wrapper with __wrapped__
-        return test_method(*args, **kwargs)
+        return te_test(*args, **kwargs)
 
     assert harness._move_cuda_defaults_to_cpu(helper)
     assert helper((2,)) == ("cpu", "cpu")

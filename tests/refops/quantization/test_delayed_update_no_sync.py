@@ -89,13 +89,18 @@ def _refuse(name):
 @pytest.mark.parametrize("algo", ("max", "most_recent"))
 def test_update_scales_reads_nothing_back_and_copies_no_python_value(monkeypatch, algo):
     recipe = DelayedScaling(amax_compute_algo=algo, amax_history_len=8)
-    state, _ = _states(recipe, "forward", 6, seed=1)
-    for name in ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__index__"):
-        monkeypatch.setattr(torch.Tensor, name, _refuse(f"Tensor.{name}"))
-    monkeypatch.setattr(torch, "tensor", _refuse("torch.tensor"))
-    monkeypatch.setattr(torch, "as_tensor", _refuse("torch.as_tensor"))
-    state.update_scales()
-    state.update_scales()
+    state, old = _states(recipe, "forward", 6, seed=1)
+    for _ in range(2):
+        _old_update(old)
+    with monkeypatch.context() as patched:
+        for name in ("item", "tolist", "cpu", "__bool__", "__float__", "__int__", "__index__"):
+            patched.setattr(torch.Tensor, name, _refuse(f"Tensor.{name}"))
+        patched.setattr(torch, "tensor", _refuse("torch.tensor"))
+        patched.setattr(torch, "as_tensor", _refuse("torch.as_tensor"))
+        state.update_scales()
+        state.update_scales()
+    assert torch.equal(state.scale.view(torch.int32), old.scale.view(torch.int32)), "the update still updates"
+    assert torch.equal(state.amax_history.view(torch.int32), old.amax_history.view(torch.int32))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.set_sync_debug_mode)")
@@ -103,7 +108,10 @@ def test_update_scales_never_syncs_on_cuda():
     recipe = DelayedScaling(amax_history_len=16)
     state = DelayedScalingRecipeState(recipe, mode="forward", num_quantizers=3, device=torch.device("cuda"))
     state.amax_history.uniform_(0, 4)
+    twin = DelayedScalingRecipeState(recipe, mode="forward", num_quantizers=3, device=torch.device("cpu"))
+    twin.amax_history.copy_(state.amax_history.cpu())
     state.update_scales()  # first call: lazy initialisation is allowed to sync
+    twin.update_scales()
     torch.cuda.synchronize()
     previous = torch.cuda.get_sync_debug_mode()
     torch.cuda.set_sync_debug_mode("error")
@@ -112,3 +120,6 @@ def test_update_scales_never_syncs_on_cuda():
             state.update_scales()
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+    for _ in range(3):
+        twin.update_scales()
+    assert torch.equal(state.scale.cpu().view(torch.int32), twin.scale.view(torch.int32)), "same scales as on the CPU"

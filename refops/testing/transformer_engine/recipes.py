@@ -34,6 +34,7 @@ from ...recipe import (
     Format,
 )
 from .availability import import_te
+from .quantizer_classes import te_quantizer
 
 __all__ = ["te_recipe"]
 
@@ -115,8 +116,6 @@ def _default_of(cls: type, name: str) -> Any:
 
 def _te_qfactory(qfactory: Any) -> Any:
     """A CustomRecipe factory for TE: TE's role in, refops' factory called, TE's quantizer out."""
-    from .quantizers import te_quantizer
-
     def factory(role: Any = None) -> Any:
         refops_role = None if role is None else RefopsQuantizerRole(
             module_type=getattr(role, "module_type", "") or "",

@@ -20,7 +20,7 @@ import torch
 
 import refops
 from refops.__main__ import main
-from refops.cli import conformance_cmd, conformance_tiers
+from refops.cli import conformance_cmd, conformance_lifecycle, conformance_modules, conformance_tiers
 from refops.cli.conformance_record import ConformanceRecord, NotRun, Row, TierTable
 
 from _fake_te import flip_first_code, install_refops_as_te
@@ -207,22 +207,22 @@ def test_a_violation_the_reference_shares_is_not_a_verdict(monkeypatch):
 def test_clauses_ignore_what_differs_between_two_runs():
     a = "after setattr(weight) the grad of weight changed (max |diff| 1.13); replaced w (id 0x7f01 -> 0x7f02)"
     b = "after setattr(weight) the grad of weight changed (max |diff| 2.5); replaced w (id 0x1 -> 0x2)"
-    assert conformance_tiers._clauses(a) == conformance_tiers._clauses(b) == [
+    assert conformance_lifecycle._clauses(a) == conformance_lifecycle._clauses(b) == [
         "after setattr(weight) the grad of weight changed", "replaced w"]
-    assert conformance_tiers._clauses("construction allocated 2048 bytes on cuda:0") == [
+    assert conformance_lifecycle._clauses("construction allocated 2048 bytes on cuda:0") == [
         "construction allocated bytes on cuda:0"]
 
 
 def test_a_row_that_raises_is_a_failing_row_and_the_others_still_run(monkeypatch, capsys):
     install_refops_as_te(monkeypatch)
-    real = conformance_tiers.build_pair
+    real = conformance_modules.build_pair
 
     def build_pair(pipeline, **kwargs):
         if pipeline == "linear_gelu_linear":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return real(pipeline, **kwargs)
 
-    monkeypatch.setattr(conformance_tiers, "build_pair", build_pair)
+    monkeypatch.setattr(conformance_modules, "build_pair", build_pair)
     assert _run("--tiers", "modules", "--recipes", "none", "--dtypes", "float32",
                 "--pipelines", "linear", "linear_gelu_linear") == 1
     out = capsys.readouterr().out
@@ -395,8 +395,8 @@ def test_a_refops_extension_is_listed_on_te_s_row_not_held_against_it(monkeypatc
     object.__setattr__(setup, "seed", 0)
     for te_side, fails in (((extension,), False), ((extension, other), True)):
         answers = iter([report(*te_side), report()])
-        monkeypatch.setattr(conformance_tiers, "check_lifecycle", lambda *a, **k: next(answers))
-        row = conformance_tiers._run_lifecycle(setup, case, case, {"op": "Linear"})
+        monkeypatch.setattr(conformance_lifecycle, "check_lifecycle", lambda *a, **k: next(answers))
+        row = conformance_lifecycle._run_lifecycle(setup, case, case, {"op": "Linear"})
         assert row.passed is not fails, row.evidence
         assert "refops extensions TE does not promise (not a verdict on TE): identity_through_materialization" \
             in row.evidence

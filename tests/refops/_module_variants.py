@@ -17,7 +17,7 @@ from refops.kernels import ReferenceKernels, register_backend, use_backend
 from refops.kernels.reference.gemm import epilogue_fp32
 from refops.kernels.reference.gemm_operands import dequantize_gemm_operands
 from refops.quantization.quantized_tensor import QuantizedTensor
-from refops.testing.modules.numerics import round_to_tf32, truncate_mantissa
+from refops.testing.modules.twins import round_to_tf32, truncate_mantissa
 
 
 def _finish(result, out, out_dtype, alpha, accumulate, bias=None):

@@ -27,11 +27,14 @@ import torch
 
 from ...kernels import use_backend
 from ...quantization.quantized_tensor import QuantizedTensor
-from ...quantization.recipe_state import DelayedScalingRecipeState
 from ...quantization.state import autocast
 from ...recipe import NVFP4BlockScaling, Recipe
 from . import numerics
 from . import quantized_operands as operands
+from .exact_state import compare_quantized, compare_state, recipe_states, slots_fed_by_unequal_sources
+from .arguments import TIERS, validate_arguments
+from .report import ComparisonReport, TierRun
+from .twins import float64_twin, legit_context, run_float64
 from ..tensor_report import TensorComparison, compare_tensors, sqnr_db
 from ..tolerances import dtype_tols, gemm_tols
 
@@ -45,64 +48,6 @@ def recipe_tols(recipe: Optional[Recipe], dtype: torch.dtype) -> dict[str, float
     if isinstance(recipe, NVFP4BlockScaling):
         return dict(rtol=0.25, atol=0.125)
     return dtype_tols(torch.float8_e4m3fn)
-
-
-@dataclasses.dataclass(frozen=True)
-class TierRun:
-    """Whether one tier of the comparison policy ran, on how many tensors, and why (not)."""
-
-    #: "bytes (exact)", "recipe state (exact)", "tolerance" or "SQNR".
-    tier: str
-    ran: bool
-    count: int
-    why: str
-
-    def __str__(self) -> str:
-        return f"{'ran    ' if self.ran else 'NOT RUN'} {self.tier:<21} {self.count:>3} comparisons: {self.why}"
-
-
-@dataclasses.dataclass
-class ComparisonReport:
-    """Every comparison made, in order, and which tiers ran; ``ok`` when all passed."""
-
-    comparisons: list[TensorComparison]
-    #: One entry per tier: what it compared, or why it did not run (see ``docs/oracle.md``).
-    tiers: list[TierRun] = dataclasses.field(default_factory=list)
-
-    def tier(self, name: str) -> TierRun:
-        """The entry of tier ``name`` ("bytes (exact)", "recipe state (exact)", "tolerance", "SQNR")."""
-        for t in self.tiers:
-            if t.tier == name:
-                return t
-        raise KeyError(f"no tier {name!r}; tiers: {[t.tier for t in self.tiers]}")
-
-    @property
-    def ok(self) -> bool:
-        return all(c.passed for c in self.comparisons)
-
-    @property
-    def failures(self) -> list[TensorComparison]:
-        return [c for c in self.comparisons if not c.passed]
-
-    def __getitem__(self, name: str) -> TensorComparison:
-        for c in self.comparisons:
-            if c.name == name:
-                return c
-        raise KeyError(name)
-
-    def __str__(self) -> str:
-        verdict = "all comparisons passed" if self.ok else f"{len(self.failures)} comparison(s) failed"
-        tiers = ["tiers:", *(f"  {t}" for t in self.tiers)] if self.tiers else []
-        return "\n".join([verdict, *tiers, *map(str, self.comparisons)])
-
-    def assert_ok(self) -> None:
-        """Raise AssertionError listing every failed comparison with its evidence."""
-        if not self.ok:
-            skipped = [f"  {t}" for t in self.tiers if not t.ran]
-            raise AssertionError(
-                "the candidate differs from the reference:\n" + "\n".join(map(str, self.failures))
-                + ("\ntiers that did not run:\n" + "\n".join(skipped) if skipped else "")
-            )
 
 
 def _copy_parameters(candidate: torch.nn.Module, reference: torch.nn.Module) -> None:
@@ -146,102 +91,6 @@ def _default_grad(y: torch.Tensor) -> torch.Tensor:
     return torch.randn(tuple(y.shape), generator=generator, dtype=torch.float32).to(device=y.device, dtype=y.dtype)
 
 
-def _compare_quantized(name: str, a: QuantizedTensor, b: QuantizedTensor) -> list[TensorComparison]:
-    arrays_a, _ = a.to_plain_tensors()
-    arrays_b, _ = b.to_plain_tensors()
-    out = []
-    for key in sorted(set(arrays_a) | set(arrays_b)):
-        if key.startswith("quantizer."):
-            continue
-        x, y = arrays_a.get(key), arrays_b.get(key)
-        if x is None or y is None:
-            missing = torch.zeros(1)
-            out.append(compare_tensors(f"{name}[{key}] (missing)", missing, missing + 1, tier="exact"))
-            continue
-        view = (lambda t: t.view(torch.uint8)) if x.element_size() == 1 else (lambda t: t)
-        out.append(compare_tensors(f"{name}[{key}]", view(x), view(y), tier="exact"))
-    return out
-
-
-def _recipe_states(module: torch.nn.Module) -> dict[str, DelayedScalingRecipeState]:
-    states = {}
-    for prefix, m in module.named_modules():
-        for mode, state in (getattr(m, "_recipe_states", None) or {}).items():
-            if isinstance(state, DelayedScalingRecipeState):
-                states[f"{prefix}.{mode}" if prefix else mode] = state
-    return states
-
-
-def _slots_fed_by_unequal_sources(candidate, reference, seen_c, seen_r) -> dict[str, list[int]]:
-    """``{state key: [quantizer slot]}``: the delayed-scaling slots whose quantizer saw different tensors on
-    the two sides (downstream of an op the two sides compute in another order), by the states' keys."""
-    modules_r = dict(reference.named_modules())
-    slots: dict[str, list[int]] = {}
-    for path, sub in candidate.named_modules():
-        twin = modules_r.get(path)
-        for mode, quantizers in (getattr(sub, "_quantizers", None) or {}).items():
-            twins = (getattr(twin, "_quantizers", None) or {}).get(mode, [])
-            for index, (q_c, q_r) in enumerate(zip(quantizers, twins)):
-                if id(q_c) in seen_c and id(q_r) in seen_r and not operands.same_source(
-                    seen_c.sources.get(id(q_c)), seen_r.sources.get(id(q_r))
-                ):
-                    slots.setdefault(f"{path}.{mode}" if path else mode, []).append(index)
-    return slots
-
-
-def _compare_state(key: str, state_c, state_r, inexact: Sequence[int], check: dict) -> list[TensorComparison]:
-    """A delayed-scaling state's scale and amax history, bit for bit; a slot whose quantizer saw different
-    tensors on the two sides (``inexact``) is held to the run's outputs-and-grads criterion instead."""
-    out = []
-    exact = [i for i in range(state_r.scale.numel()) if i not in inexact]
-    for field in ("scale", "amax_history"):
-        a, b = getattr(state_c, field), getattr(state_r, field)
-        if a.shape != b.shape or not inexact:
-            out.append(compare_tensors(f"{key}.{field}", a, b, tier="exact"))
-            continue
-        if exact:
-            out.append(compare_tensors(f"{key}.{field}", a[..., exact], b[..., exact], tier="exact"))
-        slots = ", ".join(map(str, inexact))
-        out.append(compare_tensors(f"{key}.{field}[slots {slots}, fed by unequal tensors]",
-                                   a[..., list(inexact)], b[..., list(inexact)], **check))
-    return out
-
-
-#: The criteria ``compare_modules`` judges outputs and grads by (``tier=``).
-TIERS = ("numerics", "tolerance", "sqnr", "exact")
-
-
-def _validate(candidate, reference, inputs, tier, grad_output) -> None:
-    """Misuse is an error naming compare_modules, the argument and what was expected, before anything runs."""
-    for arg, module in (("candidate", candidate), ("reference", reference)):
-        if not isinstance(module, torch.nn.Module):
-            raise TypeError(f"compare_modules: `{arg}` must be a torch.nn.Module, got {type(module).__name__}")
-    if isinstance(inputs, torch.Tensor) or not isinstance(inputs, Sequence):
-        shape = f" of shape {tuple(inputs.shape)}" if isinstance(inputs, torch.Tensor) else ""
-        raise TypeError(
-            f"compare_modules: `inputs` must be a sequence of the forward's arguments, e.g. (x,); got a "
-            f"{type(inputs).__name__}{shape}"
-        )
-    if tier not in TIERS:
-        raise ValueError(f"compare_modules: unknown `tier` {tier!r}; the tiers are {', '.join(map(repr, TIERS))}")
-    if grad_output is not None and not isinstance(grad_output, torch.Tensor):
-        raise TypeError(f"compare_modules: `grad_output` must be a tensor or None, got {type(grad_output).__name__}")
-    params_c, params_r = dict(candidate.named_parameters()), dict(reference.named_parameters())
-    only_c, only_r = sorted(set(params_c) - set(params_r)), sorted(set(params_r) - set(params_c))
-    if only_c or only_r:
-        raise ValueError(
-            "compare_modules: the candidate's and the reference's parameter names must match (they are mapped by "
-            f"name); only the candidate has {only_c}, only the reference has {only_r}"
-        )
-    for name, p in params_c.items():
-        q = params_r[name]
-        if tuple(p.shape) != tuple(q.shape):
-            raise ValueError(
-                f"compare_modules: parameter {name!r} has shape {tuple(p.shape)} in the candidate and "
-                f"{tuple(q.shape)} in the reference; the two modules must have the same parameter shapes"
-            )
-
-
 def compare_modules(
     candidate: torch.nn.Module,
     reference: torch.nn.Module,
@@ -273,11 +122,11 @@ def compare_modules(
             otherwise; under "numerics", at most 12 dB below a legitimately different implementation's).
         tolerances: ``{"rtol", "atol"}`` for ``tier="tolerance"`` (default: :func:`recipe_tols`).
         tier: how outputs and grads are judged: "numerics" (the default: against a float64 twin and a
-            legitimately different twin of the reference, :mod:`refops.testing.modules.numerics`),
+            legitimately different twin of the reference, :mod:`refops.testing.modules.twins`),
             "tolerance" (element-wise rtol/atol, TE's), "sqnr" (every output and grad against
             ``sqnr_floor_db``) or "exact" (bit for bit).
     """
-    _validate(candidate, reference, inputs, tier, grad_output)
+    validate_arguments(candidate, reference, inputs, tier, grad_output)
     inputs = list(inputs)
 
     def default_context():
@@ -318,7 +167,7 @@ def compare_modules(
     for name, p in candidate_params.items():
         q = reference_params[name]
         if isinstance(p, QuantizedTensor) and isinstance(q, QuantizedTensor):
-            results.extend(_compare_quantized(name, p, q))
+            results.extend(compare_quantized(name, p, q))
     quantized_operands = operands.reference_operands(reference, seen)
     unequal_sources: list[str] = []
     if exposes:
@@ -333,11 +182,11 @@ def compare_modules(
         own = {name: t for name, t in own.items() if name not in unequal_sources}
         exposes = bool(own)
         results.extend(operands.compare_operands(own, quantized_operands))
-    states_c, states_r = _recipe_states(candidate), _recipe_states(reference)
-    inexact_slots = _slots_fed_by_unequal_sources(candidate, reference, seen_c, seen) if not exposes_hook else {}
+    states_c, states_r = recipe_states(candidate), recipe_states(reference)
+    inexact_slots = slots_fed_by_unequal_sources(candidate, reference, seen_c, seen) if not exposes_hook else {}
     state_check = check if check["tier"] != "exact" else dict(tols, tier="tolerance")
     for key in sorted(set(states_c) & set(states_r)):
-        results.extend(_compare_state(key, states_c[key], states_r[key], inexact_slots.get(key, ()), state_check))
+        results.extend(compare_state(key, states_c[key], states_r[key], inexact_slots.get(key, ()), state_check))
     tiers = _tiers(results, candidate, recipe, tier, tols, output_floor, exposes, sorted(quantized_operands),
                    states_c, states_r, twins)
     if unequal_sources:
@@ -355,7 +204,7 @@ class _Twins:
     def __init__(self, reference: torch.nn.Module, recipe: Optional[Recipe]) -> None:
         self.problems: list[str] = []
         self.legit_module = copy.deepcopy(reference)
-        self.high_module = self._try("the float64 twin could not be built", lambda: numerics.float64_twin(reference))
+        self.high_module = self._try("the float64 twin could not be built", lambda: float64_twin(reference))
         self.plain_module = None
         if recipe is not None:
             self.plain_module = self._try("the unquantized twin could not be built", lambda: _plain_twin(reference))
@@ -372,10 +221,10 @@ class _Twins:
 
     def run(self, inputs, grad_output, reference_context) -> None:
         self.legit = self._try("the legitimately different twin failed", lambda: _run_named(
-            self.legit_module, inputs, grad_output, numerics.legit_context(reference_context)())) or {}
+            self.legit_module, inputs, grad_output, legit_context(reference_context)())) or {}
         if self.high_module is not None:
             xs = [x.double() if x.is_floating_point() else x for x in inputs]
-            self.high = self._try("the float64 twin failed", lambda: numerics.run_float64(
+            self.high = self._try("the float64 twin failed", lambda: run_float64(
                 self.high_module, lambda ctx: _run_named(self.high_module, xs, grad_output.double(), ctx))) or {}
         if self.plain_module is not None:
             self.plain = self._try("the unquantized twin failed", lambda: _run_named(

@@ -15,7 +15,7 @@ of the reference from the same parameters, inputs and output grad:
 * **the float64 twin**: the reference pipeline in float64, no quantization (quantized
   weights dequantized: the same parameter values). Both sides' distance to it is
   reported (as SQNR, dB): a correct candidate is as close to float64 as the reference.
-* **the legitimate-numerics twin** (:class:`LegitNumericsKernels`): the reference under
+* **the legitimate-numerics twin** (:class:`.twins.LegitNumericsKernels`): the reference under
   kernels that differ from it only in ways a correct implementation may, all at once:
   GEMM products summed in another order, fp32 operands rounded to TF32, quantized GEMMs
   accumulated in chunks of 32 whose partial sums keep 13 mantissa bits (truncated), and
@@ -58,169 +58,20 @@ value), a few elements out of bound (a localized bug).
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import math
-from typing import Any, Callable, ContextManager, Iterator, Optional
+from typing import Optional
 
 import torch
 
-from ...kernels import current_backend, use_backend
-from ...kernels.reference import ReferenceKernels
-from ...kernels.reference.gemm import epilogue_fp32
-from ...kernels.reference.gemm_hopper import round_to_tf32
-from ...kernels.reference.gemm_operands import dequantize_gemm_operands
 from ...quantization.quantized_tensor import QuantizedTensor
 from ..tensor_report import TensorComparison, sqnr_db
 
-__all__ = [
-    "LegitNumericsKernels",
-    "Float64Kernels",
-    "SPREAD_FACTOR",
-    "ELEMENT_FACTOR",
-    "bit_identical_share",
-    "float64_twin",
-    "judge",
-    "round_to_tf32",
-    "truncate_mantissa",
-]
+__all__ = ["SPREAD_FACTOR", "ELEMENT_FACTOR", "bit_identical_share", "judge", "parity_margin_db"]
 
 #: Criterion 1: the candidate may be this many times as far from the reference as the legitimate twin.
 SPREAD_FACTOR = 4.0
 #: Criterion 2: an element may be this many times the legitimate twin's smoothed deviation there.
 ELEMENT_FACTOR = 12.0
-
-
-def truncate_mantissa(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """fp32 ``x`` with only ``bits`` explicit mantissa bits kept (rounded toward zero)."""
-    drop = 23 - bits
-    mask = ~((1 << drop) - 1)
-    return (x.float().contiguous().view(torch.int32) & mask).view(torch.float32)
-
-
-class LegitNumericsKernels(ReferenceKernels):
-    """The reference kernels, changed only where a correct implementation may differ (see the module doc)."""
-
-    name = "refops-legit-numerics"
-
-    #: Fast-accumulation emulation of quantized GEMMs: chunk length along K and partial-sum mantissa bits.
-    chunk = 32
-    partial_bits = 13
-
-    def gemm(self, a, b, *, trans_a=False, trans_b=False, out_dtype, alpha=1.0, out=None, accumulate=False,
-             role=None, bias=None):
-        quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
-        a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)
-        a2 = (a.t() if trans_a else a).float()
-        b2 = (b.t() if trans_b else b).float()
-        if quantized:
-            result = self._fast_accumulation(a2, b2)
-        else:
-            if a.dtype == torch.float32 and b.dtype == torch.float32:
-                a2, b2 = round_to_tf32(a2), round_to_tf32(b2)
-            result = torch.matmul(a2.flip(-1), b2.flip(0))  # the sums in another order
-        result = epilogue_fp32(result, alpha=alpha, out=out, accumulate=accumulate, bias=bias)
-        if out is not None:
-            out.copy_(result.to(out.dtype))
-            return out
-        return result.to(out_dtype)
-
-    def _fast_accumulation(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-        k = a.shape[-1]
-        total = torch.zeros(a.shape[0], b.shape[-1], dtype=torch.float32, device=a.device)
-        for start in range(0, k, self.chunk):
-            partial = torch.matmul(a[:, start:start + self.chunk], b[start:start + self.chunk])
-            total = total + truncate_mantissa(partial, self.partial_bits)
-        return total
-
-    def activation_forward(self, x, activation, **params):
-        with _float_is_double(x):
-            y = super().activation_forward(x.double(), activation, **params)
-        return y.to(x.dtype)
-
-    def activation_backward(self, grad_output, x, activation, **params):
-        # One rounding instead of two: the grad is handed on in fp32 for the next kernel (a quantizer, a GEMM) to
-        # round once, as TE's fused dGELU+quantize does.
-        with _float_is_double(x):
-            dx = super().activation_backward(grad_output.double(), x.double(), activation, **params)
-        return dx.to(torch.float32)
-
-    def dbias(self, grad_output):
-        return grad_output.reshape(-1, grad_output.shape[-1]).double().sum(dim=0).to(grad_output.dtype)
-
-
-class Float64Kernels(ReferenceKernels):
-    """The reference kernels computing in float64 where their operands are float64 (the float64 twin)."""
-
-    name = "refops-float64-twin"
-
-
-_ORIGINAL_FLOAT = torch.Tensor.float
-
-
-def _float_keeping_double(self: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return self if self.dtype == torch.float64 else _ORIGINAL_FLOAT(self, *args, **kwargs)
-
-
-@contextlib.contextmanager
-def _float_is_double(_: Any = None) -> Iterator[None]:
-    """Within the block ``t.float()`` of a float64 tensor is the tensor itself: the reference kernels, which
-    upcast to fp32 to compute, compute in float64 on float64 operands."""
-    previous = torch.Tensor.float
-    torch.Tensor.float = _float_keeping_double  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        torch.Tensor.float = previous  # type: ignore[method-assign]
-
-
-@contextlib.contextmanager
-def _float64_allowed() -> Iterator[None]:
-    from ...ops import _common
-
-    previous = _common.SUPPORTED_COMPUTE_DTYPES
-    _common.SUPPORTED_COMPUTE_DTYPES = tuple(previous) + (torch.float64,)
-    try:
-        with _float_is_double(), use_backend(Float64Kernels()):
-            yield
-    finally:
-        _common.SUPPORTED_COMPUTE_DTYPES = previous
-
-
-def float64_twin(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` whose parameters are float64 (quantized ones dequantized: the same values)."""
-    twin = copy.deepcopy(module)
-    for sub in twin.modules():
-        for name, p in list(sub.named_parameters(recurse=False)):
-            values = p.dequantize(dtype=torch.float32) if isinstance(p, QuantizedTensor) else p.detach()
-            setattr(sub, name, torch.nn.Parameter(values.to(torch.float64), requires_grad=p.requires_grad))
-        for name, b in list(sub.named_buffers(recurse=False)):
-            if b is not None and b.is_floating_point():
-                setattr(sub, name, b.to(torch.float64))
-    return twin
-
-
-def run_float64(module: torch.nn.Module, run: Callable[[ContextManager[Any]], Any]) -> Any:
-    """``run(context)`` with the context in which refops computes in float64 without quantization."""
-    from ...quantization.state import autocast
-
-    @contextlib.contextmanager
-    def context():
-        with _float64_allowed(), autocast(enabled=False):
-            yield
-
-    return run(context())
-
-
-def legit_context(reference_context: Callable[[], ContextManager[Any]]) -> Callable[[], ContextManager[Any]]:
-    """The reference's context with :class:`LegitNumericsKernels` selected inside it."""
-
-    @contextlib.contextmanager
-    def context():
-        with reference_context(), use_backend(LegitNumericsKernels()):
-            yield
-
-    return context
 
 
 def _values(t: torch.Tensor) -> torch.Tensor:

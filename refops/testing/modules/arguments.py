@@ -1,0 +1,43 @@
+"""``compare_modules``' arguments, checked before anything runs: misuse is one clear error."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+__all__ = ["TIERS", "validate_arguments"]
+
+#: The criteria ``compare_modules`` judges outputs and grads by (``tier=``).
+TIERS = ("numerics", "tolerance", "sqnr", "exact")
+
+
+def validate_arguments(candidate, reference, inputs, tier, grad_output) -> None:
+    """Misuse is an error naming compare_modules, the argument and what was expected, before anything runs."""
+    for arg, module in (("candidate", candidate), ("reference", reference)):
+        if not isinstance(module, torch.nn.Module):
+            raise TypeError(f"compare_modules: `{arg}` must be a torch.nn.Module, got {type(module).__name__}")
+    if isinstance(inputs, torch.Tensor) or not isinstance(inputs, Sequence):
+        shape = f" of shape {tuple(inputs.shape)}" if isinstance(inputs, torch.Tensor) else ""
+        raise TypeError(
+            f"compare_modules: `inputs` must be a sequence of the forward's arguments, e.g. (x,); got a "
+            f"{type(inputs).__name__}{shape}"
+        )
+    if tier not in TIERS:
+        raise ValueError(f"compare_modules: unknown `tier` {tier!r}; the tiers are {', '.join(map(repr, TIERS))}")
+    if grad_output is not None and not isinstance(grad_output, torch.Tensor):
+        raise TypeError(f"compare_modules: `grad_output` must be a tensor or None, got {type(grad_output).__name__}")
+    params_c, params_r = dict(candidate.named_parameters()), dict(reference.named_parameters())
+    only_c, only_r = sorted(set(params_c) - set(params_r)), sorted(set(params_r) - set(params_c))
+    if only_c or only_r:
+        raise ValueError(
+            "compare_modules: the candidate's and the reference's parameter names must match (they are mapped by "
+            f"name); only the candidate has {only_c}, only the reference has {only_r}"
+        )
+    for name, p in params_c.items():
+        q = params_r[name]
+        if tuple(p.shape) != tuple(q.shape):
+            raise ValueError(
+                f"compare_modules: parameter {name!r} has shape {tuple(p.shape)} in the candidate and "
+                f"{tuple(q.shape)} in the reference; the two modules must have the same parameter shapes"
+            )

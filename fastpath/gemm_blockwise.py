@@ -20,11 +20,13 @@ checks ``scale_a`` against ``D_a`` and ``scale_b.t()`` against ``D_b``: a 1x128 
 ``(R, C/128)`` with strides ``(1, R)``, which is ``S[:, :R].t()`` itself when ``R % 4 == 0``; a 128x128 scale
 must be ``(R/128, C/128)`` with unit column stride and a row stride of ``C/128`` (some torch versions) or
 ``round_up(C/128, 4)`` (others): ``S[:, :C/128]`` itself in the second case, a small copy in the first; the two
-agree when ``C/128`` is a multiple of 4 (every Linear whose sizes are multiples of 512). cuBLAS itself reads
-the scales at the strides it assumes, so a layout torch accepts can still be read wrongly. Which convention
-gives right results, and whether this torch and cuBLAS take block scales at all, is found once per device by a
-probe (:func:`support`): a Linear's three GEMMs on small operands whose blocks and tiles have different
-scales, each checked element-wise against the exact product of the dequantized operands, per output dtype.
+agree when ``C/128`` is a multiple of 4 (every Linear whose sizes are multiples of 512). torch hands cuBLAS only
+the pointer, and cuBLAS reads the scales at the strides it assumes, so a layout torch accepts can still be read
+wrongly: where torch checks the compact stride and cuBLAS reads the padded one (TE's layout), the right scales
+are ``S`` itself behind a view with the compact strides ("padded_behind_compact"). Which convention gives right
+results, and whether this torch and cuBLAS take block scales at all, is found once per device by a probe
+(:func:`support`): a Linear's three GEMMs on small operands whose blocks and tiles have different scales, each
+checked element-wise against the exact product of the dequantized operands, per output dtype.
 Any other case (dims not multiples of 128, two 128x128 operands, E5M2 x E5M2, an output dtype the probe found
 wrong or unsupported) gets None: the caller dequantizes.
 """
@@ -46,9 +48,11 @@ BLOCK = 128
 _OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
-#: How the rows of a 128x128 tile-scale tensor are laid out for ``_scaled_mm``: "compact" (row stride C/128),
-#: "padded" (row stride round_up(C/128, 4)), or "aligned" (neither worked: only C/128 % 4 == 0, where they agree).
-TILE_CONVENTIONS = ("compact", "padded", "aligned")
+#: How the rows of a 128x128 tile-scale tensor are laid out for ``_scaled_mm``, as (the row stride torch checks,
+#: the row stride cuBLAS reads): "compact" (C/128 both), "padded" (round_up(C/128, 4) both),
+#: "padded_behind_compact" (torch checks C/128, cuBLAS reads round_up(C/128, 4)), or "aligned" (none of them
+#: worked: only C/128 % 4 == 0, where they all agree).
+TILE_CONVENTIONS = ("compact", "padded", "padded_behind_compact", "aligned")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,14 +112,23 @@ def scale_view(s: torch.Tensor, rows: int, cols: int, *, tiles: bool, convention
     padded_stride = _ceil_div(cb, 4) * 4
     if convention == "aligned":
         return valid if cb == padded_stride and valid.stride(0) == cb else None
+    if convention == "padded_behind_compact":
+        # cuBLAS reads rows padded_stride apart from the pointer; torch checks a compact view of the same pointer
+        padded = valid if valid.stride(0) == padded_stride else _padded_copy(valid, padded_stride)
+        return padded.as_strided((rb, cb), (cb, 1))
     row_stride = padded_stride if convention == "padded" else cb
     if valid.stride(0) == row_stride:
         return valid
     if convention == "compact":
         return valid.contiguous()
-    out = torch.zeros(rb, row_stride, dtype=s.dtype, device=s.device)
-    out[:, :cb] = valid
-    return out[:, :cb]
+    return _padded_copy(valid, row_stride)
+
+
+def _padded_copy(valid: torch.Tensor, row_stride: int) -> torch.Tensor:
+    """``valid`` (rows, cols) copied into rows ``row_stride`` apart (zeros between them)."""
+    out = torch.zeros(valid.shape[0], row_stride, dtype=valid.dtype, device=valid.device)
+    out[:, : valid.shape[1]] = valid
+    return out[:, : valid.shape[1]]
 
 
 def _operand(t: Float8BlockwiseQTensor, columnwise: bool) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
@@ -207,13 +220,14 @@ def _probe_case(a, b, trans_a: bool, trans_b: bool, out_dtype: torch.dtype, conv
 
 def _probe(device: torch.device) -> Optional[BlockwiseSupport]:
     """Which tile-scale convention and output dtypes give right results for a Linear's three GEMMs: first with
-    3 tile columns (hidden 384; the conventions differ), then, if neither works, with 4 (where they agree)."""
+    3 tile columns (hidden 384; the conventions differ), then, if none works, with 4 (where they agree)."""
     if torch.cuda.get_device_capability(device)[0] != 9:
         return None  # block-scaled cuBLAS GEMMs with these scale layouts: Hopper only (Blackwell: MXFP8)
     g = torch.Generator(device="cpu").manual_seed(0)
     # No autocast (gemm_path may be asked inside one): the reference product is float64.
     with torch.no_grad(), torch.autocast("cuda", enabled=False):
-        for tokens, hidden, ffn, conventions in ((256, 384, 384, ("compact", "padded")), (256, 512, 512, ("aligned",))):
+        for tokens, hidden, ffn, conventions in ((256, 384, 384, ("compact", "padded", "padded_behind_compact")),
+                                                 (256, 512, 512, ("aligned",))):
             x = _probe_operand(tokens, hidden, False, g, device)
             w = _probe_operand(ffn, hidden, True, g, device)
             dy = _probe_operand(tokens, ffn, False, g, device)

@@ -32,6 +32,15 @@ def quantized(rows: int, cols: int, dim: int, seed: int, device="cpu", fp8=DType
     return quantizer(x.to(torch.bfloat16).to(device))
 
 
+#: Per tile-scale convention: the row stride torch checks and the one cuBLAS reads ("compact" C/128 or "padded").
+STRIDES = {"compact": ("compact", "compact"), "padded": ("padded", "padded"),
+           "padded_behind_compact": ("compact", "padded"), "aligned": ("compact", "compact")}
+
+
+def tile_row_stride(kb: int, which: str) -> int:
+    return -(-kb // 4) * 4 if which == "padded" else kb
+
+
 def scale_kind(rows: int, k: int, s: torch.Tensor, convention: str):
     """How torch's ``_scaled_mm`` classifies ``s`` as the scale of an operand ``(rows, k)`` (its
     ``is_blockwise_1x128_scaling`` / ``is_blockwise_128x128_scaling``: a dim of size 1 has no stride check)."""
@@ -39,7 +48,7 @@ def scale_kind(rows: int, k: int, s: torch.Tensor, convention: str):
     if tuple(s.shape) == (rows, kb) and (rows <= 1 or s.stride(0) == 1) and (kb <= 1 or s.stride(1) == rows):
         return "1x128"
     rb = -(-rows // BLOCK)
-    row_stride = -(-kb // 4) * 4 if convention == "padded" else kb
+    row_stride = tile_row_stride(kb, STRIDES[convention][0])
     if tuple(s.shape) == (rb, kb) and (rb <= 1 or s.stride(0) == row_stride) and (kb <= 1 or s.stride(1) == 1):
         return "128x128"
     return None
@@ -47,7 +56,8 @@ def scale_kind(rows: int, k: int, s: torch.Tensor, convention: str):
 
 def emulated_scaled_mm(mat1, mat2, scale_a, scale_b, convention: str) -> torch.Tensor:
     """``torch._scaled_mm``'s blockwise result in float64: mat1's blocks times scale_a's, mat2's times scale_b's
-    (checked as ``scale_b.t()`` against ``mat2.t()``), after the same shape and stride checks."""
+    (checked as ``scale_b.t()`` against ``mat2.t()``), after the same shape and stride checks; tile scales are
+    read from the tensor's pointer at the row stride cuBLAS assumes under ``convention``."""
     m, k = mat1.shape
     n = mat2.shape[1]
     kinds = (scale_kind(m, k, scale_a, convention), scale_kind(n, k, scale_b.t(), convention))
@@ -55,14 +65,17 @@ def emulated_scaled_mm(mat1, mat2, scale_a, scale_b, convention: str) -> torch.T
 
     def expanded(s: torch.Tensor, rows: int, kind: str) -> torch.Tensor:
         r, c = torch.arange(rows)[:, None], (torch.arange(k) // BLOCK)[None, :]
-        return (s[r, c] if kind == "1x128" else s[r // BLOCK, c]).double()
+        if kind == "1x128":
+            return s[r, c].double()
+        read = s.as_strided(s.shape, (tile_row_stride(s.shape[1], STRIDES[convention][1]), 1))
+        return read[r // BLOCK, c].double()
 
     a = mat1.float().double() * expanded(scale_a, m, kinds[0])
     bt = mat2.t().float().double() * expanded(scale_b.t(), n, kinds[1])
     return a @ bt.t()
 
 
-@pytest.mark.parametrize("convention", ["compact", "padded", "aligned"])
+@pytest.mark.parametrize("convention", gemm_blockwise.TILE_CONVENTIONS)
 @pytest.mark.parametrize("tokens,hidden,ffn", [(256, 384, 128), (256, 512, 512), (128, 128, 128)])
 def test_operands_give_the_reference_gemm(tokens, hidden, ffn, convention):
     x, w, dy = quantized(tokens, hidden, 1, 0), quantized(ffn, hidden, 2, 1), quantized(tokens, ffn, 1, 2)

@@ -10,7 +10,7 @@ method                        kernels (``fastpath/kernels/``)
 amax                          ``cast_fp8.cu: fp8_amax_*`` (one pass, block max + atomicMax)
 compute_scale_from_amax       ``fp8_compute_scale`` (one thread per element: one launch
                               instead of a dozen torch ops on a (1,) tensor)
-delayed_scaling_update        ``fp8_delayed_scaling_update`` (one thread per slot: history roll,
+delayed_scaling_update        ``fp8_delayed_scaling_update`` (one block per slot: history roll,
                               amax and scale in one launch instead of ~20 torch ops)
 quantize_float8               ``fp8_cast_*`` (row-wise only, flat) or ``fp8_cast_transpose_*``
                               (one 128x128 tile per block: row-wise bytes and the transposed
@@ -141,7 +141,8 @@ class QuantizeKernels:
         length, n = amax_history.shape
         if n == 0:
             return None
-        _run("cast_fp8.cu", "fp8_delayed_scaling_update", _grid(n, amax_history.device), _THREADS,
+        slots_in_flight = min(n, 16 * _sm_count(amax_history.device.index or 0))  # one block per slot
+        _run("cast_fp8.cu", "fp8_delayed_scaling_update", (slots_in_flight,), _THREADS,
              (ptr(amax_history), ptr(scale), ptr(amax), i64(length), i64(n), i32(int(algorithm == "max")),
               f64(numerator)), amax_history.device)
         return None

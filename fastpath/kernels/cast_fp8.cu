@@ -26,7 +26,7 @@
 //                         accumulator (the block amax is only computed for the accumulator)
 //   fp8_dequantize_*      flat, 8 loads per thread, one 16-byte store per load
 //   fp8_compute_scale     compute_scale_from_amax on an fp32 amax tensor (one thread per element)
-//   fp8_delayed_scaling_update  the delayed-scaling recipe update, in place (one thread per slot)
+//   fp8_delayed_scaling_update  the delayed-scaling recipe update, in place (one block per slot)
 
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -400,31 +400,56 @@ FP8_INSTANTIATE(__nv_bfloat16, bf16, 3)
 
 // ------------------------------------------------------------------ delayed scaling
 // One delayed-scaling recipe update (KernelBackend.delayed_scaling_update; the reference's torch code is the
-// spec), one thread per slot i of history (L, n) row-major, scale (n,), amax (n,) (amax may be history's row 0:
-// each thread reads its slot's amax before it writes the slot). A slot with amax == 0 (NaN counts as used) is
-// left alone; otherwise m = fmaxf-fold from 0 of old[1..L-1] and amax ("max") or amax ("most_recent"), the
-// history becomes [0, old[2], ..., old[L-1], amax], and where m is finite and > 0 the scale becomes
-// RN(num / m), +inf -> FLT_MAX. Every fp32 operation without .ftz (ieee_f32.cuh): subnormal amaxes count.
+// spec): history (L, n) row-major, scale (n,), amax (n,) (amax may be history's row 0: every thread reads the
+// slot's amax before the block writes the slot). A slot with amax == 0 (NaN counts as used) is left alone;
+// otherwise m = fmaxf-fold from 0 of old[1..L-1] and amax ("max") or amax ("most_recent"), the history becomes
+// [0, old[2], ..., old[L-1], amax], and where m is finite and > 0 the scale becomes RN(num / m), +inf ->
+// FLT_MAX. Every fp32 operation without .ftz (ieee_f32.cuh): subnormal amaxes count.
+// One block per slot, its threads across the history: a history of 1024 rows read and shifted by one thread
+// took ~50 us per launch. The fold is a tree of fmaxf over partial folds that each start from 0: fmaxf skips
+// NaN and every operand is >= 0 or NaN, so the tree gives the sequential fold's value (m's sign of zero
+// never matters: only m > 0 sets a scale). The shift goes in chunks of blockDim rows, every read of a chunk
+// before any write of it, chunks in increasing row order (a chunk reads only rows above the rows it writes).
 extern "C" __global__ void fp8_delayed_scaling_update(float* history, float* scale, const float* amax, i64 length,
                                                       i64 n, int algo_max, double numerator) {
+    __shared__ float warp_fold[32];
     const float num = f64_to_f32_rn(numerator);
-    for (i64 i = (i64)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (i64)gridDim.x * blockDim.x) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+    for (i64 i = blockIdx.x; i < n; i += gridDim.x) {
         const float a0 = amax[i];
-        if (f32_eq(a0, 0.0f)) continue;
-        float m = a0;
+        if (f32_eq(a0, 0.0f)) continue;  // the same for every thread of the block
+        float part = 0.0f;
         if (algo_max) {
-            m = 0.0f;
-            for (i64 j = 1; j < length; ++j) m = f32_max(m, history[j * n + i]);
-            m = f32_max(m, a0);
+            for (i64 j = 1 + threadIdx.x; j < length; j += blockDim.x) part = f32_max(part, history[j * n + i]);
+            for (int offset = 16; offset > 0; offset >>= 1)
+                part = f32_max(part, __shfl_down_sync(0xffffffffu, part, offset));
+            if (lane == 0) warp_fold[warp] = part;
         }
-        for (i64 j = 1; j + 1 < length; ++j) history[j * n + i] = history[(j + 1) * n + i];
-        if (length > 1) history[(length - 1) * n + i] = a0;
-        history[i] = 0.0f;
-        const bool finite = (__float_as_uint(m) & 0x7F800000u) != 0x7F800000u;
-        if (finite && f32_gt(m, 0.0f)) {
-            float s = f32_div(num, m);
-            if ((__float_as_uint(s) & 0x7FFFFFFFu) == 0x7F800000u) s = __uint_as_float(0x7F7FFFFFu);
-            scale[i] = s;
+        __syncthreads();  // the fold's reads and amax[i] (maybe history[i]) are done before any write below
+        for (i64 c = 1; c + 1 < length; c += blockDim.x) {
+            const i64 j = c + threadIdx.x;
+            const bool moves = j + 1 < length;
+            const float v = moves ? history[(j + 1) * n + i] : 0.0f;
+            __syncthreads();
+            if (moves) history[j * n + i] = v;
+            __syncthreads();
         }
+        if (threadIdx.x == 0) {
+            float m = a0;
+            if (algo_max) {
+                m = 0.0f;
+                for (int w = 0; w < warps; ++w) m = f32_max(m, warp_fold[w]);
+                m = f32_max(m, a0);
+            }
+            if (length > 1) history[(length - 1) * n + i] = a0;
+            history[i] = 0.0f;
+            const bool finite = (__float_as_uint(m) & 0x7F800000u) != 0x7F800000u;
+            if (finite && f32_gt(m, 0.0f)) {
+                float s = f32_div(num, m);
+                if ((__float_as_uint(s) & 0x7FFFFFFFu) == 0x7F800000u) s = __uint_as_float(0x7F7FFFFFu);
+                scale[i] = s;
+            }
+        }
+        __syncthreads();  // warp_fold is read before the next slot overwrites it
     }
 }

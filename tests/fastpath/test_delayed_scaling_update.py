@@ -1,7 +1,8 @@
 """``delayed_scaling_update``: the fast path's one-launch recipe update against the reference's torch code, bit
 for bit (history and scale), over special amaxes (0, NaN, inf, subnormals, FLT_MAX), both algorithms, history
-lengths 1, 2 and 1024, margins and formats, with ``amax`` as history's own row 0 (in place) or a separate
-(all-reduced) tensor; and a training step's recipe updates through it (one launch each)."""
+lengths 1, 2, 16, 257, 258, 513 and 1024 (the kernel shifts 256 rows at a time), margins and formats, with
+``amax`` as history's own row 0 (in place) or a separate (all-reduced) tensor; and a training step's recipe
+updates through it (one launch each)."""
 
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ def _state(length: int, n: int, seed: int, device):
 @pytest.mark.parametrize("algorithm,length,n,numerator,separate_amax", [
     (a, L, n, num, sep) for (a, L, n), num, sep in itertools.product(
         [("max", 1, 40), ("max", 2, 40), ("max", 16, 3), ("max", 1024, 300), ("most_recent", 1, 40),
-         ("most_recent", 16, 40), ("most_recent", 1024, 3)],
+         ("most_recent", 16, 40), ("most_recent", 1024, 3),
+         ("max", 257, 5), ("max", 513, 2), ("most_recent", 258, 5)],  # the kernel's 256-row chunks, plus one
         [448.0, 448.0 * 2.0 ** -3, 57344.0, 0.1], [False, True])
 ])
 def test_fastpath_update_matches_the_reference_bit_for_bit(algorithm, length, n, numerator, separate_amax, cuda,
@@ -86,7 +88,8 @@ def test_training_step_recipe_update_is_one_launch_without_syncs(cuda, fastpath_
 
 
 def _kernel_port(h, s, a, numerator: float, algo_max: bool) -> None:
-    """``fp8_delayed_scaling_update`` (cast_fp8.cu) line for line in numpy fp32 (IEEE, subnormals kept)."""
+    """``fp8_delayed_scaling_update`` (cast_fp8.cu) step for step in numpy fp32 (IEEE, subnormals kept); the
+    kernel folds the history in a tree of fmaxf from 0, which gives the same value as this sequential fold."""
     import numpy as np
 
     length, n = h.shape

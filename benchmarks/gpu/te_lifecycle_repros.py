@@ -256,6 +256,28 @@ REPROS = [
         """,
     ),
     Repro(
+        "grouped_linear_block_scaling_not_supported",
+        "every property of GroupedLinear under FP8 block scaling (bfloat16)",
+        "TE bug",
+        "ops/basic/grouped_linear.py -> general_grouped_gemm -> common/gemm/cublaslt_gemm.cu: TE's grouped GEMM "
+        "of 1x128 / 128x128 block-scaled operands asks cuBLAS for an algorithm it does not have on sm_90 "
+        "(torch 2.11+cu130): CUBLAS_STATUS_NOT_SUPPORTED for any split sizes, while per-tensor FP8 works; TE's "
+        "own test_grouped_linear[fp8_block_scaling] fails the same way on that GPU",
+        """
+        from transformer_engine.common.recipe import Float8BlockScaling
+        op = te.ops.GroupedLinear(2, 128, 128, bias=True, device="cuda", dtype=torch.bfloat16)
+        x = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
+        try:
+            with te.autocast(enabled=True, recipe=Float8BlockScaling()):
+                op(x, torch.tensor([128, 128], device="cuda"))
+            torch.cuda.synchronize()
+        except RuntimeError as error:
+            print("BUG: te.ops.GroupedLinear under Float8BlockScaling raised:", str(error).splitlines()[0][-120:])
+        else:
+            print("ok: GroupedLinear runs under Float8BlockScaling")
+        """,
+    ),
+    Repro(
         "block_scaling_f32_scales_ignored",
         "(found while mapping recipes for the quantizer tier)",
         "TE bug",

@@ -331,7 +331,7 @@ def _repro_script():
 def test_every_lifecycle_repro_is_valid_python_with_one_verdict_per_branch():
     script = _repro_script()
     names = [r.name for r in script.REPROS]
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 11
     for repro in script.REPROS:
         code = script.HEADER + __import__("textwrap").dedent(repro.code)
         compile(code, repro.name, "exec")

@@ -25,8 +25,8 @@ from refops.kernels.gemm_numerics import SPLIT_ACCUMULATOR, gemm_numerics, gemm_
 from refops.quantization import Float8Tensor, QuantizedTensor
 from refops.quantization.quantizer import torch_fp8_dtype
 
-from ._cuda import get_kernel, grid_1d, i64, launch, ptr
 from .gemm_blockwise import blockwise_scaled_mm_operands
+from .gemm_epilogue import add_bias_and_round
 
 __all__ = ["GemmKernels", "GemmPath", "GEMM_PATHS", "gemm_path"]
 
@@ -248,28 +248,6 @@ def _fast_accumulation(a, b, role: Optional[str], trans_a: bool, trans_b: bool) 
     return not SPLIT_ACCUMULATOR[gemm_role(role, trans_a=trans_a, trans_b=trans_b)]
 
 
-_EPILOGUE_SUFFIX = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
-
-
-def _add_bias_and_round(wide: torch.Tensor, bias: torch.Tensor, target: torch.dtype) -> torch.Tensor:
-    """``(wide + bias.float()).to(target)``, bit for bit: one fp32 add, one rounding to ``target``. A 16-bit
-    ``target`` with a bias of that dtype or fp32 is one pass of ``kernels/gemm_epilogue.cu`` (torch: an add
-    into a second fp32 buffer, then a cast); anything else is torch's two steps."""
-    cols = wide.shape[-1] if wide.dim() else 0
-    fits = (target in (torch.bfloat16, torch.float16) and bias.dtype in (target, torch.float32)
-            and wide.dtype == torch.float32 and wide.is_contiguous() and bias.is_contiguous()
-            and cols > 0 and cols % 4 == 0 and wide.numel() > 0 and wide.data_ptr() % 16 == 0)
-    if not fits:
-        return (wide + bias.float()).to(target)
-    out = torch.empty(wide.shape, dtype=target, device=wide.device)
-    kernel = get_kernel("gemm_epilogue.cu", f"bias_add_round_{_EPILOGUE_SUFFIX[target]}_{_EPILOGUE_SUFFIX[bias.dtype]}",
-                        wide.device.index)
-    rows = wide.numel() // cols
-    launch(kernel, grid_1d(rows * cols // 4, 256), (256,), (ptr(wide), ptr(bias), ptr(out), i64(rows), i64(cols)),
-           device=wide.device)
-    return out
-
-
 class GemmKernels:
     """Mixin overriding ``gemm`` of ``KernelBackend`` (see :data:`GEMM_PATHS`)."""
 
@@ -350,7 +328,7 @@ class GemmKernels:
                         return torch.addmm(bias, a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha)
         if out is None and not accumulate:
             wide = self.gemm(a, b, trans_a=trans_a, trans_b=trans_b, out_dtype=torch.float32, alpha=alpha, role=role)
-            return _add_bias_and_round(wide, bias, target)
+            return add_bias_and_round(wide, bias, target)
         return super().gemm(a, b, bias=bias, **kwargs)
 
     @staticmethod

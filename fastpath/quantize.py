@@ -141,8 +141,8 @@ class QuantizeKernels:
         length, n = amax_history.shape
         if n == 0:
             return None
-        slots_in_flight = min(n, 16 * _sm_count(amax_history.device.index or 0))  # one block per slot
-        _run("cast_fp8.cu", "fp8_delayed_scaling_update", (slots_in_flight,), _THREADS,
+        one_block_per_slot = _grid(n, amax_history.device, block=1)
+        _run("cast_fp8.cu", "fp8_delayed_scaling_update", one_block_per_slot, _THREADS,
              (ptr(amax_history), ptr(scale), ptr(amax), i64(length), i64(n), i32(int(algorithm == "max")),
               f64(numerator)), amax_history.device)
         return None

@@ -9,6 +9,7 @@ import torch
 
 import refops
 from fastpath import gemm as fast_gemm
+from fastpath.gemm_epilogue import add_bias_and_round
 
 SPECIAL = [0.0, -0.0, float("nan"), float("inf"), -float("inf"), 1e-45, -3e-39, 1e-38, 3.0e38, 65504.0, 65520.0,
            1.0 + 2.0 ** -8, 1.0 + 2.0 ** -9, 1.0 + 3 * 2.0 ** -9, -2.5, 7.0]
@@ -33,7 +34,7 @@ def test_epilogue_is_torch_s_add_then_round_bit_for_bit(target, bias_dtype, rows
     wide = _wide(rows, cols, seed=rows * 31 + cols, device=cuda)
     bias = (_wide(1, cols, seed=cols, device=cuda)[0] * 2.0 ** 60).clamp(-1e4, 1e4).to(bias_dtype)
     bias[::3] = torch.tensor(SPECIAL[:1] + SPECIAL[5:9]).repeat(cols)[: bias[::3].numel()].to(bias_dtype)
-    got = fast_gemm._add_bias_and_round(wide, bias, target)
+    got = add_bias_and_round(wide, bias, target)
     want = (wide + bias.float()).to(target)
     assert got.dtype == target and got.shape == wide.shape
     assert torch.equal(got.view(torch.int16), want.view(torch.int16))
@@ -50,8 +51,7 @@ def test_a_block_scaled_linear_bias_gemm_uses_the_epilogue(cuda, fastpath_backen
     x = torch.randn(256, 384, device=cuda, dtype=torch.bfloat16)
     linear = refops.ops.Linear(384, 512, bias=True, device=cuda, dtype=torch.bfloat16)
     calls = []
-    real = fast_gemm._add_bias_and_round
-    monkeypatch.setattr(fast_gemm, "_add_bias_and_round", lambda *a: calls.append(a) or real(*a))
+    monkeypatch.setattr(fast_gemm, "add_bias_and_round", lambda *a: calls.append(a) or add_bias_and_round(*a))
     with refops.use_backend(fastpath_backend), refops.autocast(recipe=recipe):
         y = linear(x)
     assert calls, "the block-scaled Linear+Bias did not go through the epilogue"

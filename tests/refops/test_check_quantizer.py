@@ -66,7 +66,8 @@ def test_the_first_mismatch_names_input_expected_and_got_codes_and_scales():
     report = check_quantizer(dividing, Float8CurrentScalingQuantizer(DType.kFloat8E4M3), cases=["ties"],
                              dtypes=[torch.float32])
     assert report.output == "data_and_scale_inv (inferred from the first result)"
-    assert [r.status for r in report.runs] == ["differs", "differs"]
+    assert [r.status for r in report.runs if r.layout == "contiguous"] == ["differs", "differs"]
+    assert {r.status for r in report.runs} == {"differs"}  # in the other layouts too
     first = report.mismatches[0]
     assert first.case == "ties" and first.dtype == "float32" and first.usage == "rowwise"
     assert first.expected_code != first.got_code  # a code that differs is listed before a scale that differs
@@ -251,7 +252,7 @@ def test_the_ties_case_holds_exact_ties_round_half_away_from_zero_is_caught_wher
     check_quantizer(lambda x, q: _mxfp8_rowwise(x, ties_away=False), quantizer, usages=["rowwise"]).assert_ok()
     report = check_quantizer(lambda x, q: _mxfp8_rowwise(x, ties_away=True), quantizer, usages=["rowwise"],
                              dtypes=[torch.float32])
-    assert [r.case for r in report.failures] == ["ties"]  # fp32 random values never land on a tie
+    assert {r.case for r in report.failures} == {"ties"}  # fp32 random values never land on a tie
     assert report["ties", "float32", "rowwise"].code_mismatches > 1000
 
 
@@ -310,7 +311,9 @@ def test_an_amax_returned_without_abs_is_caught_and_a_right_one_passes():
 def test_the_reference_records_the_amax_and_passes():
     report = check_quantizer(lambda x, q: q(x), make_recipe("fp8_delayed_scaling"), cases=DELAYED_CASES)
     report.assert_ok()
-    assert "amax, bit for bit: recorded in quantizer.amax (24 runs; held to it in every run)" in report.compared
+    runs = len(report.compared_runs)
+    assert runs == 4 * 3 * 2 + 2 * 3 * 2  # every case, dtype and usage; "normal" in two more layouts
+    assert f"amax, bit for bit: recorded in quantizer.amax ({runs} runs; held to it in every run)" in report.compared
 
 
 def test_an_amax_the_candidate_never_gives_is_reported_as_not_compared():
@@ -376,18 +379,25 @@ def test_delayed_scaling_counts_the_values_its_stale_scale_pushes_past_the_max()
 def test_a_failing_report_leads_with_what_failed_and_summarizes_what_passed():
     report = check_quantizer(fp8_cs_dividing, te.recipe.Float8CurrentScaling())
     lines = str(report).splitlines()
-    assert lines[0].endswith(f"(role input): FAILED: {len(report.failures)} of 58 compared runs differ")
+    compared = len(report.compared_runs)
+    assert compared == len(report.runs) // 2  # a one-argument candidate: row-wise only
+    assert lines[0].endswith(f"(role input): FAILED: {len(report.failures)} of {compared} compared runs differ")
     assert lines[2] == f"failed runs ({len(report.failures)}):"
     header = lines[3]
     assert header.split()[-4:] == ["values", "differ", "scale_inv", "differ"]  # the column says what it holds
-    rows = lines[4 : 4 + len(report.failures)]
-    assert all(" differs " in row for row in rows)
+    # The ties fail in every layout alike: one row, and a line for the repeats.
+    alike = [r for r in report.failures if r.layout != "contiguous"]
+    assert [r.name for r in alike] == ["ties float32 rowwise [non-contiguous]", "ties float32 rowwise [storage offset]"]
+    rows = lines[4 : 4 + len(report.failures) - len(alike)]
+    assert all(" differs " in row and " contiguous " in row for row in rows)
+    assert lines[4 + len(rows)].startswith("  and 2 runs in another input layout that fail as their contiguous run")
     assert not any(" ok " in line for line in lines)  # passing runs are counted, not listed
     passed = next(i for i, line in enumerate(lines) if line.startswith("passed (role input): "))
     assert passed > lines.index("first mismatches (the first of every failing run first):")
-    assert lines[passed].endswith("by usage: rowwise " + f"{58 - len(report.failures)}/58")
-    assert "ties 2/3" in lines[passed + 1] and "normal 3/3" in lines[passed + 1]
-    assert len(lines) < 70  # before: 90 lines, 58 of them rows
+    assert lines[passed].endswith("by usage: rowwise " + f"{compared - len(report.failures)}/{compared}")
+    assert lines[passed + 1].startswith("  by layout: contiguous ")
+    assert "ties 6/9" in lines[passed + 2] and "normal 9/9" in lines[passed + 2]
+    assert len(lines) < 75  # before: 90 lines, 58 of them rows
     table = report.table().splitlines()
     assert len(table) == 1 + len(report.runs)  # every run, on request
 
@@ -411,7 +421,8 @@ TIE_AMAX_SCALE_INV = 8.076315879821777 / 448  # the ties case's amax over E4M3's
 def test_a_passing_report_is_short_and_says_what_it_compared():
     report = check_quantizer(fp8_cs_multiplying, te.recipe.Float8CurrentScaling())
     lines = str(report).splitlines()
-    assert lines[0].endswith("ok: 116 of 116 compared runs pass")
-    assert "passed (role input): 116 of 116 compared runs; by usage: rowwise 58/58, columnwise 58/58" in lines
+    runs, half = len(report.runs), len(report.runs) // 2
+    assert lines[0].endswith(f"ok: {runs} of {runs} compared runs pass")
+    assert f"passed (role input): {runs} of {runs} compared runs; by usage: rowwise {half}/{half}, columnwise {half}/{half}" in lines
     assert "compared:" in lines and "not compared:" in lines
-    assert len(lines) < 15
+    assert len(lines) < 16

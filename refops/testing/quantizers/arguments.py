@@ -15,8 +15,10 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .cases import CASES, QuantizerCase
+from .input_layouts import LAYOUTS
 
-__all__ = ["OUTPUTS", "DTYPES", "USAGES", "check_candidate", "check_usages", "check_dtypes", "select_cases", "planned_runs"]
+__all__ = ["OUTPUTS", "DTYPES", "USAGES", "LAYOUTS", "check_candidate", "check_usages", "check_dtypes",
+           "check_layouts", "select_cases", "planned_runs"]
 
 #: The output conventions a candidate may declare.
 OUTPUTS = ("quantized_tensor", "data_and_scale_inv", "dequantized")
@@ -57,6 +59,17 @@ def check_usages(usages: Any) -> list[str]:
         raise ValueError(f"check_quantizer: unknown usages {unknown}; usages are {USAGES}")
     if not given:
         raise ValueError(f"check_quantizer: usages is empty, so nothing would be checked; give some of {USAGES}")
+    return list(dict.fromkeys(given))
+
+
+def check_layouts(layouts: Any) -> list[str]:
+    """A list of layouts among :data:`LAYOUTS` besides contiguous (repeats dropped, order kept). Empty is allowed:
+    every case still runs on its contiguous input."""
+    given = _as_list(layouts, "layouts", "layout names", repr(layouts) if isinstance(layouts, str) else "'expanded'")
+    unknown = [layout for layout in given if layout not in LAYOUTS]
+    if unknown:
+        contiguous = " (contiguous runs always; leave it out)" if "contiguous" in unknown else ""
+        raise ValueError(f"check_quantizer: unknown layouts {unknown}; layouts are {LAYOUTS}{contiguous}")
     return list(dict.fromkeys(given))
 
 

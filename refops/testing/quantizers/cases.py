@@ -30,7 +30,7 @@ from ...quantization import (
 )
 from ...quantization.quantizer import torch_fp8_dtype
 
-__all__ = ["QuantizerCase", "CASES", "block_length", "format_max", "multiplier_for_amax", "TIE_AMAX"]
+__all__ = ["QuantizerCase", "CASES", "STRIDED", "block_length", "format_max", "multiplier_for_amax", "TIE_AMAX"]
 
 #: The amax the ``ties`` case gives every block: its scale 448 / A is not a power of two,
 #: and one of its products lands on an E4M3 tie (``docs/recipes/current-scaling.md``).
@@ -49,6 +49,9 @@ class QuantizerCase:
     amax_factor: float = 1.0
     #: The input dtypes this case runs in (None: all of them).
     dtypes: Optional[tuple[torch.dtype, ...]] = None
+    #: The layouts besides contiguous its values are also given in (:mod:`.input_layouts`): a
+    #: representative few cases run in them, to keep the default check fast.
+    layouts: tuple[str, ...] = ()
 
 
 def block_length(quantizer: Quantizer) -> int:
@@ -211,6 +214,13 @@ def _with_specials(values: dict[tuple[int, int], float]):
     return build
 
 
+def _broadcast_row(dtype: torch.dtype, q: Quantizer, g: torch.Generator) -> torch.Tensor:
+    """One row of normal values with a larger one in every block, repeated in every row: a bias or a
+    broadcast scale, the input a caller may hand over expanded (stride 0)."""
+    row = _with_block_amax(_randn((1, MAIN_SHAPE[1]), g), q, TIE_AMAX)
+    return row.expand(MAIN_SHAPE).contiguous().to(dtype)
+
+
 def _shaped(shape: tuple[int, ...], scale: float = 1.0):
     def build(dtype: torch.dtype, q: Quantizer, g: torch.Generator) -> torch.Tensor:
         return (scale * _randn(shape, g)).to(dtype)
@@ -220,9 +230,12 @@ def _shaped(shape: tuple[int, ...], scale: float = 1.0):
 
 INF, NAN = math.inf, math.nan
 
+#: Given in the non-contiguous and storage-offset layouts too.
+STRIDED = ("non-contiguous", "storage offset")
+
 #: Every case, in report order.
 CASES: tuple[QuantizerCase, ...] = (
-    QuantizerCase("normal", "standard normal values", _shaped(MAIN_SHAPE)),
+    QuantizerCase("normal", "standard normal values", _shaped(MAIN_SHAPE), layouts=STRIDED),
     QuantizerCase("tiny", "normal values times 2^-14", _shaped(MAIN_SHAPE, 2.0**-14)),
     QuantizerCase("large", "normal values times 2^12", _shaped(MAIN_SHAPE, 2.0**12)),
     QuantizerCase("wide_scales", "each row at its own power of two, 2^-60..2^60", _wide_scales),
@@ -230,7 +243,7 @@ CASES: tuple[QuantizerCase, ...] = (
     QuantizerCase("zeros", "all zero, every other row -0.0", _zeros),
     QuantizerCase("zero_blocks", "all-zero rows and all-zero 16-element blocks", _zero_blocks),
     QuantizerCase("subnormals", "scaled into the format's subnormals; the dtype's subnormals", _subnormals),
-    QuantizerCase("ties", "x * scale on and 1-2 ulps around every midpoint between codes", _ties),
+    QuantizerCase("ties", "x * scale on and 1-2 ulps around every midpoint between codes", _ties, layouts=STRIDED),
     QuantizerCase("at_and_past_max", "values up to the amax; delayed: scale for amax/4", _near_max, 0.25),
     QuantizerCase("dtype_max", "the input dtype's largest finite values", _dtype_max),
     QuantizerCase("tiny_amax", "amax below the smallest normal (the scale overflows)", _tiny_amax),
@@ -240,8 +253,10 @@ CASES: tuple[QuantizerCase, ...] = (
         "inf_and_nan", "inf, -inf and NaN together", _with_specials({(3, 5): INF, (9, 9): -INF, (10, 70): NAN})
     ),
     QuantizerCase("constant", "every element -3.0", lambda d, q, g: torch.full(MAIN_SHAPE, -3.0, dtype=d)),
-    QuantizerCase("partial_blocks", "shape (96, 160): partial 128-blocks", _shaped((96, 160))),
+    QuantizerCase("partial_blocks", "shape (96, 160): partial 128-blocks", _shaped((96, 160)), layouts=STRIDED),
     QuantizerCase("ragged", "shape (40, 72): no block size divides it", _shaped((40, 72))),
-    QuantizerCase("three_dims", "shape (2, 32, 128): leading dims flatten", _shaped((2, 32, 128))),
+    QuantizerCase("three_dims", "shape (2, 32, 128): leading dims flatten", _shaped((2, 32, 128)), layouts=STRIDED),
     QuantizerCase("full_tiles", "shape (128, 256), whole 128x128 tiles", _shaped((128, 256)), dtypes=(torch.bfloat16,)),
+    QuantizerCase("broadcast_row", "one row repeated in every row; also given expanded (stride 0)", _broadcast_row,
+                  layouts=STRIDED + ("expanded",)),
 )

@@ -46,74 +46,31 @@ check that compared nothing fails; arguments that would select nothing are a
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import inspect
 from typing import Any, Callable, Optional, Sequence, Union
 
 import torch
 
-from ...quantization import Float8Quantizer, NVFP4Quantizer, QuantizedTensor, Quantizer
-from ...quantization.quantizer import QuantizerRole
-from ...quantization.recipe_state import RecipeState
+from ...quantization import Float8Quantizer, QuantizedTensor, Quantizer
 from ...recipe import Recipe
 from . import amax as amax_check
-from . import layout, saturation
-from .arguments import DTYPES, OUTPUTS, USAGES, check_candidate, check_dtypes, check_usages, planned_runs, select_cases
-from .cases import QuantizerCase, multiplier_for_amax
-from .compare import Comparison, candidate_fields, dequantized_run, first_line, quantized_run
+from . import input_layouts, layout, saturation
+from .cases import CASES
+from .arguments import (DTYPES, LAYOUTS, OUTPUTS, USAGES, check_candidate, check_dtypes, check_layouts, check_usages,
+                        planned_runs, select_cases)
+from .compare import (Comparison, candidate_fields, data_not_row_major, dequantized_run, first_line, input_written,
+                      quantized_run)
+from .reference import case_quantizer, describe_quantizer, reference_outputs, reference_quantizer
 from .report import COMPARED, CaseRun, QuantizerCheckReport, QuantizerMismatch
 
-__all__ = ["check_quantizer", "QuantizerCheckReport", "CaseRun", "QuantizerMismatch", "OUTPUTS", "DTYPES", "USAGES"]
+__all__ = ["check_quantizer", "QuantizerCheckReport", "CaseRun", "QuantizerMismatch", "OUTPUTS", "DTYPES", "USAGES",
+           "LAYOUTS"]
 
 DEQUANTIZED_LIMIT = (
     "the dequantized tier compares values only: a code and a scale that disagree with the reference's "
     "but dequantize to the same value are not seen"
 )
-
-
-def _reference_quantizer(quantizer_or_recipe: Union[Quantizer, Recipe], role: str) -> Quantizer:
-    """The quantizer to check against: the one given, or the recipe's quantizer for ``role``."""
-    if isinstance(quantizer_or_recipe, Quantizer):
-        if role != "input":
-            raise ValueError(
-                f"check_quantizer: role={role!r} chooses a recipe's quantizer; a quantizer "
-                f"({type(quantizer_or_recipe).__name__}) is checked as given, so leave role out"
-            )
-        quantizer = quantizer_or_recipe
-    elif isinstance(quantizer_or_recipe, Recipe):
-        if role not in ("input", "weight", "grad_output"):
-            raise ValueError(f"check_quantizer: role must be 'input', 'weight' or 'grad_output', got {role!r}")
-        mode = "backward" if role == "grad_output" else "forward"
-        state = RecipeState.create(
-            quantizer_or_recipe, mode=mode, num_quantizers=1, roles=[QuantizerRole(module_type="linear", tensor_type=role)],
-            device=torch.device("cpu"),
-        )
-        quantizer = state.make_quantizer(0)
-    else:
-        raise TypeError(
-            f"check_quantizer: expected a refops Quantizer or Recipe, got {type(quantizer_or_recipe).__name__}"
-        )
-    if isinstance(quantizer, NVFP4Quantizer) and quantizer.stochastic_rounding:
-        raise ValueError(
-            "check_quantizer: stochastic rounding draws random bits and cannot be compared bit for bit; "
-            "check an NVFP4Quantizer(stochastic_rounding=False) (or another role) instead"
-        )
-    return quantizer
-
-
-def _describe_quantizer(q: Quantizer) -> str:
-    """``Float8BlockQuantizer(dtype=kFloat8E4M3, force_pow_2_scales=True, block_scaling_dim=1)``: the class
-    and the options that change the numerics (off-by-default flags only when set)."""
-    options = []
-    for name in ("dtype", "force_pow_2_scales", "amax_epsilon", "block_scaling_dim", "with_2d_quantization",
-                 "with_rht", "row_scaled_nvfp4", "nvfp4_use_4over6"):
-        value = getattr(q, name, None)
-        always_shown = name in ("dtype", "force_pow_2_scales", "block_scaling_dim")
-        if value is None or (not always_shown and not value):
-            continue
-        options.append(f"{name}={value.name if name == 'dtype' else value}")
-    return f"{type(q).__name__}({', '.join(options)})"
 
 
 def _takes_quantizer(candidate: Callable[..., Any]) -> bool:
@@ -124,50 +81,6 @@ def _takes_quantizer(candidate: Callable[..., Any]) -> bool:
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
-
-
-def _case_quantizer(reference: Quantizer, x: torch.Tensor, case: QuantizerCase, *usages: str) -> Quantizer:
-    """A fresh quantizer for one run: these usages; for delayed scaling, the scale this case casts with;
-    a zero amax where the scheme records one."""
-    if isinstance(reference, Float8Quantizer):
-        amax = _amax_skipping_nan(x) * case.amax_factor
-        scale = torch.tensor([multiplier_for_amax(reference, amax, x.dtype)], dtype=torch.float32, device=x.device)
-        q = Float8Quantizer(scale, torch.zeros(1, device=x.device), reference.dtype)
-    else:
-        q = copy.deepcopy(reference)
-    q.set_usage(rowwise="rowwise" in usages, columnwise="columnwise" in usages)
-    amax_check.reset_recorded(q)
-    return q
-
-
-def _reference_outputs(reference: Quantizer, case: QuantizerCase, x: torch.Tensor, usages: Sequence[str]):
-    """``{usage: (QuantizedTensor or the reference's error, the amax its quantizer recorded or None)}``:
-    both usages at once, or one by one if that fails."""
-    try:
-        q = _case_quantizer(reference, x, case, *usages)
-        both = q(x.clone())
-        return dict.fromkeys(usages, (both, _recorded_amax(q)))
-    except Exception:  # noqa: BLE001  (one usage may be what the reference rejects: try each alone)
-        pass
-    out: dict[str, Any] = {}
-    for usage in usages:
-        try:
-            q = _case_quantizer(reference, x, case, usage)
-            out[usage] = (q(x.clone()), _recorded_amax(q))
-        except Exception as error:  # noqa: BLE001  (recorded: the reference rejects this input)
-            out[usage] = (first_line(error), None)
-    return out
-
-
-def _recorded_amax(q: Quantizer) -> Optional[torch.Tensor]:
-    return q.amax.detach().clone() if amax_check.records_amax(q) else None
-
-
-def _amax_skipping_nan(x: torch.Tensor) -> float:
-    """``max |x|`` skipping NaN (0 for all-NaN), as the quantizers take it."""
-    a = x.detach().float().abs()
-    a = torch.where(torch.isnan(a), torch.zeros_like(a), a)
-    return float(a.max()) if a.numel() else 0.0
 
 
 def _infer_output(result: Any) -> str:
@@ -193,6 +106,7 @@ def check_quantizer(
     dtypes: Sequence[torch.dtype] = DTYPES,
     usages: Sequence[str] = USAGES,
     cases: Optional[Sequence[str]] = None,
+    layouts: Sequence[str] = LAYOUTS,
     device: Optional[torch.device | str] = None,
     seed: int = 0,
     max_mismatches: int = 24,
@@ -207,6 +121,11 @@ def check_quantizer(
         dtypes: the input dtypes, some of fp32, fp16, bf16 (default: all three).
         usages: the orientations, some of "rowwise" and "columnwise" (default: both).
         cases: only these case names (default: every case of :data:`~refops.testing.quantizers.cases.CASES`).
+        layouts: the input layouts besides contiguous, some of "non-contiguous", "storage offset" and
+            "expanded" (default: all three; ``[]``: contiguous inputs only). They run on the cases that
+            declare them (:attr:`~refops.testing.quantizers.cases.QuantizerCase.layouts`: normal, ties,
+            partial_blocks, three_dims and broadcast_row; expanded on broadcast_row only), compared
+            with the reference's result on the contiguous input; ``report[case, dtype, usage, layout]``.
         device: where the inputs are made (default: torch's default device).
         seed: seeds each case's generator (``seed + position``); the matrix is deterministic.
         max_mismatches: how many mismatching elements the report lists (the first of every failing run
@@ -217,22 +136,23 @@ def check_quantizer(
         run could be compared (every one skipped or rejected by the reference) is not ok.
 
     Raises:
-        TypeError: ``candidate`` is not callable; ``usages``, ``dtypes`` or ``cases`` is not a list
+        TypeError: ``candidate`` is not callable; ``usages``, ``dtypes``, ``cases`` or ``layouts`` is not a list
             (a single string or dtype); a one-argument candidate for delayed scaling.
         ValueError: an empty ``usages``, ``dtypes`` or ``cases``, or a selection that runs nothing
             (a check that runs nothing must not pass); an unknown usage, case or output; a dtype
-            other than fp32, fp16 and bf16; ``role`` with a quantizer.
+            other than fp32, fp16 and bf16; an unknown layout; ``role`` with a quantizer.
     """
     check_candidate(candidate)
     if output is not None and output not in OUTPUTS:
         raise ValueError(f"check_quantizer: output must be one of {OUTPUTS}, got {output!r}")
     usages = check_usages(usages)
     dtypes = check_dtypes(dtypes)
+    layouts = check_layouts(layouts)
     if not isinstance(max_mismatches, int) or max_mismatches < 0:
         raise ValueError(f"check_quantizer: max_mismatches must be an int >= 0, got {max_mismatches!r}")
     selected = select_cases(cases)
     plan = planned_runs(selected, dtypes)
-    reference = _reference_quantizer(quantizer_or_recipe, role)
+    reference = reference_quantizer(quantizer_or_recipe, role)
     device = torch.device(device) if device is not None else torch.get_default_device()
     takes_quantizer = _takes_quantizer(candidate)
     if isinstance(reference, Float8Quantizer) and not takes_quantizer:
@@ -240,7 +160,7 @@ def check_quantizer(
             "check_quantizer: Float8Quantizer (delayed scaling) casts with a scale the candidate must be given; "
             "write candidate(x, quantizer) and cast with quantizer.scale"
         )
-    state = {"output": output, "inferred": output is None}
+    state = {"output": output, "inferred": output is None, "strided": []}
     evidence = amax_check.AmaxEvidence()
     past_max: dict[str, int] = {}
     result = Comparison(max_mismatches)
@@ -248,15 +168,41 @@ def check_quantizer(
     for case, dtype in plan:
         g = torch.Generator().manual_seed(seed + positions[case.name])
         x = case.build(dtype, reference, g).to(device)
-        references = _reference_outputs(reference, case, x, usages)
-        for usage in usages:
-            run = _run_one(candidate, reference, case, x, usage, references[usage], takes_quantizer, state,
-                           result, evidence)
-            if run.status in COMPARED and run.past_max:
-                past_max[case.name] = past_max.get(case.name, 0) + 1
+        references = reference_outputs(reference, case, x, usages)
+        # The contiguous input first, then the same values in each other layout the case declares.
+        for input_layout in [input_layouts.CONTIGUOUS] + [lay for lay in case.layouts if lay in layouts]:
+            for usage in usages:
+                run = _run_one(candidate, reference, case, x, input_layout, usage, references[usage],
+                               takes_quantizer, state, result, evidence)
+                if run.status in COMPARED and run.past_max:
+                    past_max[case.name] = past_max.get(case.name, 0) + 1
     _hold_to_recording(result, evidence)
     return _report(candidate, reference, role if isinstance(quantizer_or_recipe, Recipe) else "", usages,
-                   takes_quantizer, state, result, evidence, past_max, device)
+                   takes_quantizer, state, result, evidence, past_max, device, selected, layouts)
+
+
+def _describe_layouts(runs: Sequence[CaseRun], selected, layouts: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``(compared, not_compared)`` sentences: which layouts ran on which cases, and what ran contiguous only."""
+    other = [r for r in runs if r.layout != input_layouts.CONTIGUOUS and r.status in COMPARED]
+    ran = list(dict.fromkeys(r.layout for r in other))
+    compared, not_compared = [], []
+    if ran:
+        on = {lay: sorted({r.case for r in other if r.layout == lay}, key=[c.name for c in selected].index)
+              for lay in ran}
+        where = "; ".join(f"{input_layouts.describe_layouts((lay,))} on {', '.join(on[lay])}" for lay in ran)
+        compared.append(f"the same values in other layouts, against the reference's result on the contiguous input, "
+                        f"bit for bit ({len(other)} runs): {where}")
+    compared.append("every input the candidate was given (a fresh copy each run) holds its values after the call")
+    unused = [c.name for c in selected if not any(lay in layouts for lay in c.layouts)]
+    if not layouts:
+        not_compared.append("other layouts: every input was contiguous (layouts=[])")
+    elif not ran:
+        not_compared.append(f"other layouts: none ran: they run on {', '.join(c.name for c in CASES if c.layouts)}, "
+                            "and none of these was selected or compared")
+    elif unused:
+        not_compared.append(f"other layouts: the {len(unused)} other cases ran on contiguous inputs only (a "
+                            "representative few run in every layout, to keep the check fast)")
+    return compared, not_compared
 
 
 def _hold_to_recording(result: Comparison, evidence: amax_check.AmaxEvidence) -> None:
@@ -274,7 +220,7 @@ def _hold_to_recording(result: Comparison, evidence: amax_check.AmaxEvidence) ->
 
 
 def _report(candidate, reference, role, usages, takes_quantizer, state, result, evidence, past_max,
-            device) -> QuantizerCheckReport:
+            device, selected, layouts) -> QuantizerCheckReport:
     output = state["output"] or "unknown (the candidate never returned a result)"
     if state["inferred"]:
         output += " (inferred from the first result)"
@@ -287,6 +233,9 @@ def _report(candidate, reference, role, usages, takes_quantizer, state, result, 
     if not takes_quantizer and "columnwise" in usages and state["output"] != "quantized_tensor":
         not_compared.append("column-wise not checked: the candidate takes no quantizer argument, so it cannot be "
                             "asked for the column-wise orientation (write candidate(x, quantizer))")
+    layouts_said, layouts_unsaid = _describe_layouts(result.runs, selected, layouts)
+    compared += layouts_said
+    not_compared += layouts_unsaid + data_not_row_major(state["strided"])
     amax_compared, amax_not_compared = amax_check.describe(
         reference, evidence, can_return=state["output"] != "dequantized", can_record=takes_quantizer)
     compared += amax_compared
@@ -300,23 +249,25 @@ def _report(candidate, reference, role, usages, takes_quantizer, state, result, 
         not_compared.append(f"the reference rejects some inputs of {', '.join(rejected)}; those runs were not "
                             "compared")
     name = getattr(candidate, "__qualname__", None) or type(candidate).__name__
-    return QuantizerCheckReport(name, _describe_quantizer(reference), output, result.runs, result.mismatches,
+    return QuantizerCheckReport(name, describe_quantizer(reference), output, result.runs, result.mismatches,
                                 not_compared, compared, role)
 
 
-def _run_one(candidate, reference, case, x, usage, ref_and_amax, takes_quantizer, state, result: Comparison,
-             evidence: amax_check.AmaxEvidence) -> CaseRun:
-    """One case, one dtype, one orientation: reference first, then the candidate, then the comparison."""
+def _run_one(candidate, reference, case, x, input_layout, usage, ref_and_amax, takes_quantizer, state,
+             result: Comparison, evidence: amax_check.AmaxEvidence) -> CaseRun:
+    """One case, one dtype, one input layout, one orientation: the candidate on a fresh copy of ``x`` in
+    ``input_layout``, compared with the reference's result on the contiguous ``x``."""
     ref, ref_amax = ref_and_amax
     shape, dtype = tuple(x.shape), str(x.dtype).removeprefix("torch.")
-    base = dict(case=case.name, dtype=dtype, usage=usage, shape=shape)
+    base = dict(case=case.name, dtype=dtype, usage=usage, shape=shape, layout=input_layout)
     if usage == "columnwise" and not takes_quantizer and state["output"] not in (None, "quantized_tensor"):
         return _record(result, CaseRun(**base, status="skipped", detail="the candidate cannot be asked for column-wise"))
-    q_cand = _case_quantizer(reference, x, case, usage)
+    q_cand = case_quantizer(reference, x, case, usage)
     amax_buffer = q_cand.amax if amax_check.records_amax(q_cand) else None
     ref_error = ref if isinstance(ref, str) else None
+    given = input_layouts.present(x, input_layout)  # a fresh tensor: what the candidate does to it stays there
     try:
-        got = candidate(x.clone(), q_cand) if takes_quantizer else candidate(x.clone())
+        got = candidate(given, q_cand) if takes_quantizer else candidate(given)
         got_error = None
     except Exception as error:  # noqa: BLE001  (recorded as evidence)
         got, got_error = None, first_line(error)
@@ -331,6 +282,7 @@ def _run_one(candidate, reference, case, x, usage, ref_and_amax, takes_quantizer
     if usage == "columnwise" and not takes_quantizer and state["output"] != "quantized_tensor":
         return _record(result, CaseRun(**base, status="skipped", detail="the candidate cannot be asked for column-wise"))
     returned_amax = None
+    problems = []
     try:
         if state["output"] == "dequantized":
             if not isinstance(got, torch.Tensor) or isinstance(got, QuantizedTensor):
@@ -342,16 +294,19 @@ def _run_one(candidate, reference, case, x, usage, ref_and_amax, takes_quantizer
                 raise ValueError(f"the result holds no {usage} data or scale_inv")
             returned_amax = fields.get("amax")
             run, found = quantized_run(case, x, ref, usage, fields)
+            if not fields["data"].is_contiguous():  # its values are compared; its storage order is reported
+                state["strided"].append(dataclasses.replace(run, layout=input_layout).name)
     except (ValueError, TypeError) as error:
         run, found = CaseRun(**base, status="differs", detail=first_line(error)), []
+    problems += input_written(given, x)
     expected_amax = layout.usage_fields(ref, usage).get("amax") if ref_amax is None else ref_amax
-    problems = amax_check.compare(expected_amax, returned_amax, amax_check.recorded(q_cand, amax_buffer), evidence,
-                                  len(result.runs))
+    problems += amax_check.compare(expected_amax, returned_amax, amax_check.recorded(q_cand, amax_buffer), evidence,
+                                   len(result.runs))
     if problems:
         detail = "; ".join([run.detail] * bool(run.detail) + problems)
         run = dataclasses.replace(run, status="differs", detail=detail)
-    run = dataclasses.replace(run, past_max=saturation.elements_past_max(ref, usage, x))
-    return _record(result, run, found)
+    run = dataclasses.replace(run, layout=input_layout, past_max=saturation.elements_past_max(ref, usage, x))
+    return _record(result, run, [dataclasses.replace(m, layout=input_layout) for m in found])
 
 
 def _record(result: Comparison, run: CaseRun, found: Sequence[QuantizerMismatch] = ()) -> CaseRun:

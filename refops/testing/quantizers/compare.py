@@ -9,9 +9,11 @@ import torch
 
 from ...quantization import Float8CurrentScalingQuantizer, Float8Quantizer, QuantizedTensor, Quantizer
 from . import layout
-from .report import CaseRun, QuantizerMismatch
+from .diagnosis import diagnose_run
+from .report import CaseRun, QuantizerMismatch, fails_alike
 
-__all__ = ["candidate_fields", "quantized_run", "dequantized_run", "Comparison", "first_line"]
+__all__ = ["candidate_fields", "quantized_run", "dequantized_run", "Comparison", "first_line", "data_not_row_major",
+           "input_written"]
 
 
 def first_line(error: BaseException) -> str:
@@ -41,6 +43,26 @@ def candidate_fields(result: Any, reference: QuantizedTensor, usage: str, quanti
     return {"data": data, "scale_inv": layout.valid_scale(reference, usage, scale_inv), "amax": amax}
 
 
+def data_not_row_major(runs: list[str]) -> list[str]:
+    """A sentence when the candidate's data was not stored row-major in some runs (``runs``, by name): its values
+    were compared, not the order of its bytes, which a consumer reading them in order (a GEMM given the data
+    pointer, a copy to another process) depends on."""
+    if not runs:
+        return []
+    first = ", ".join(runs[:3]) + (f" and {len(runs) - 3} more" if len(runs) > 3 else "")
+    return [f"storage order: in {len(runs)} runs ({first}) the candidate's data was not stored row-major as the "
+            "reference's (torch's elementwise ops keep the input's strides); its values were compared, not the order "
+            "of its bytes: call .contiguous() before handing it to a kernel that reads them in order"]
+
+
+def input_written(given: torch.Tensor, values: torch.Tensor) -> list[str]:
+    """A sentence when the candidate changed the input it was given (a quantizer must leave it as it was)."""
+    if given.shape != values.shape or given.dtype != values.dtype:
+        return [f"the candidate changed its input to {given.dtype} of shape {tuple(given.shape)}"]
+    changed = int((layout.as_bits(given) != layout.as_bits(values)).sum())
+    return [f"the candidate wrote into its input: {changed} elements changed"] if changed else []
+
+
 def _aligned_scales(reference: QuantizedTensor, expected: torch.Tensor, got: torch.Tensor):
     """Both scale tensors in one representation: stored bytes, or fp32 values when the candidate decoded."""
     got = got.detach().cpu()
@@ -60,8 +82,11 @@ class Comparison:
         self.max_mismatches = max_mismatches
 
     def record(self, run: CaseRun, found: list[QuantizerMismatch]) -> None:
+        """Keep ``run``; and its mismatches, unless it fails exactly as its contiguous run (whose are kept)."""
+        contiguous = next((r for r in self.runs if (r.case, r.dtype, r.usage, r.layout) ==
+                           (run.case, run.dtype, run.usage, "contiguous")), None)
         self.runs.append(run)
-        if found:
+        if found and not fails_alike(run, contiguous):
             self.found.append(found)
 
     @property
@@ -93,7 +118,8 @@ def quantized_run(case, x, ref, usage, fields) -> tuple[CaseRun, list[QuantizerM
     scale_bad = int((layout.as_bits(exp_scale) != layout.as_bits(got_scale)).sum())
     code_bad = int((exp_codes != got_codes).sum())
     run = CaseRun(**base, status="differs" if bool(bad.any()) else "ok", elements=bad.numel(),
-                  code_mismatches=code_bad, scale_mismatches=scale_bad, scales=exp_scale.numel())
+                  code_mismatches=code_bad, scale_mismatches=scale_bad, scales=exp_scale.numel(),
+                  detail=diagnose_run(ref, usage, expected, fields, x) if bool(bad.any()) else "")
     flat = x.detach().reshape(exp_codes.shape).cpu()
     nbytes = exp_scale.element_size()
     found = []

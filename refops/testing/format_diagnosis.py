@@ -178,14 +178,11 @@ def _scale_finding(expected: torch.Tensor, got: torch.Tensor, fmt: ElementFormat
     everywhere = bool(unequal.all())
     where = "everywhere" if everywhere else f"in {int(unequal.sum())} of {e.numel()} blocks and equal in the rest"
     sentence = f"scale_inv is {_power(k)} x the reference's {where}"
-    if everywhere:
-        for other in _FP8:
-            of = ELEMENT_FORMATS[other]
-            if fmt.name in _FP8 and other != fmt.name and round(math.log2(fmt.max / of.max)) == k:
-                return (f"{sentence}: the scale for {other}'s max ({of.max:g}) where {fmt.name} "
-                        f"(max {fmt.max:g}) was expected")
-        return sentence
-    if abs(k) == 1:
+    for other in _FP8 if everywhere else ():
+        of = ELEMENT_FORMATS[other]
+        if fmt.name in _FP8 and other != fmt.name and round(math.log2(fmt.max / of.max)) == k:
+            return f"{sentence}: the scale for {other}'s max ({of.max:g}) where {fmt.name} (max {fmt.max:g}) was expected"
+    if abs(k) == 1:  # where amax / max is a power of two both roundings agree: a partial pattern is typical
         if stored_as == "E8M0":
             way = "down where the reference rounds it up" if k < 0 else "up where the reference keeps it"
             return f"{sentence}: the E8M0 exponent rounded {way} (TE takes the power of two at or above amax / max)"

@@ -29,6 +29,15 @@ The candidate protocol:
     reference's. This tier cannot see a code and scale that disagree but
     dequantize to the same value; the report says so.
 
+A few representative cases also give the candidate the same values in other
+input layouts (:mod:`.input_layouts`: non-contiguous, behind a storage offset,
+expanded with stride 0), each compared with the reference's result on the
+contiguous tensor; ``report[case, dtype, usage, layout]`` is such a run. Every run
+gets a fresh copy of its input, and one that the candidate writes into fails. A
+failing run names the mix-up its bytes reveal where there is one (the other FP8
+format, a scale a power of two off, the transposed layout:
+:mod:`refops.testing.format_diagnosis`).
+
 The amax (per-tensor FP8's, which delayed scaling records for the next scale,
 and NVFP4's global one) is compared bit for bit wherever the candidate returns it
 or records it in ``quantizer.amax`` (:mod:`.amax`). Where the reference rejects an
@@ -200,8 +209,9 @@ def _describe_layouts(runs: Sequence[CaseRun], selected, layouts: Sequence[str])
         not_compared.append(f"other layouts: none ran: they run on {', '.join(c.name for c in CASES if c.layouts)}, "
                             "and none of these was selected or compared")
     elif unused:
-        not_compared.append(f"other layouts: the {len(unused)} other cases ran on contiguous inputs only (a "
-                            "representative few run in every layout, to keep the check fast)")
+        cases = f"the {len(unused)} other cases" if len(unused) > 1 else f"the other case ({unused[0]})"
+        not_compared.append(f"other layouts: {cases} ran on contiguous inputs only (a representative few run in "
+                            "every layout, to keep the check fast)")
     return compared, not_compared
 
 

@@ -1,0 +1,61 @@
+"""Every case of the corpus, run once, and the table the docs page shows."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from . import quantizer_per_tensor
+from .cases import RecallCase
+from .known_gaps import FAILED_TWINS, MISSED_BUGS
+
+ALL_CASES: tuple[RecallCase, ...] = (*quantizer_per_tensor.CASES,)
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseResult:
+    """What the oracle said about one case: ``caught`` (the bug's report is not ok), ``twin_passes``."""
+
+    case: RecallCase
+    caught: bool
+    twin_passes: bool
+
+
+@functools.lru_cache(maxsize=1)
+def run_corpus() -> tuple[CaseResult, ...]:
+    """Run the oracle on every bug and every twin (once per process: the oracle is deterministic)."""
+    return tuple(CaseResult(case, not case.run_bug().ok, bool(case.run_twin().ok)) for case in ALL_CASES)
+
+
+def recall_figures(results: tuple[CaseResult, ...]) -> str:
+    """One markdown line: bugs caught and twins passing, out of the corpus."""
+    caught = sum(r.caught for r in results)
+    passing = sum(r.twin_passes for r in results)
+    return (f"**Recall: {caught} of {len(results)} bugs caught; "
+            f"{passing} of {len(results)} correct twins pass.**")
+
+
+def _reason(result: CaseResult) -> str:
+    reasons = []
+    if not result.caught:
+        reasons.append(MISSED_BUGS.get(result.case.name, "(not recorded in known_gaps.MISSED_BUGS)"))
+    if not result.twin_passes:
+        reasons.append("false alarm: " + FAILED_TWINS.get(result.case.name,
+                                                          "(not recorded in known_gaps.FAILED_TWINS)"))
+    return "; ".join(reasons)
+
+
+def _source_label(url: str) -> str:
+    # github.com/<owner>/<repo>/<pull|issues|commit>/<id> -> owner/repo#id (or @sha for a commit)
+    owner, repo, kind, ident = url.removeprefix("https://github.com/").split("/")[:4]
+    return f"{owner}/{repo}@{ident[:7]}" if kind == "commit" else f"{owner}/{repo}#{ident}"
+
+
+def recall_table(results: tuple[CaseResult, ...]) -> str:
+    """The markdown table of ``docs/oracle-recall.md``: one row per case, in corpus order."""
+    rows = ["| Bug | Source | Tier | Caught | Twin passes | Why not |", "|---|---|---|---|---|---|"]
+    for r in results:
+        c = r.case
+        rows.append(f"| `{c.name}`: {c.summary} | [{_source_label(c.source_url)}]({c.source_url}) | {c.tier} "
+                    f"| {'yes' if r.caught else 'no'} | {'yes' if r.twin_passes else 'no'} | {_reason(r)} |")
+    return "\n".join(rows)

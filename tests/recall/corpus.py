@@ -5,11 +5,17 @@ from __future__ import annotations
 import dataclasses
 import functools
 
-from . import quantizer_per_tensor
+from . import quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4, quantizer_per_tensor
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
-ALL_CASES: tuple[RecallCase, ...] = (*quantizer_per_tensor.CASES,)
+ALL_CASES: tuple[RecallCase, ...] = (
+    *quantizer_per_tensor.CASES,
+    *quantizer_layout.CASES,
+    *quantizer_mxfp8.CASES,
+    *quantizer_block_fp8.CASES,
+    *quantizer_nvfp4.CASES,
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 TIERS = ("quantizer", "module", "lifecycle")
 
@@ -22,6 +22,9 @@ class RecallCase:
     summary: str
     run_bug: Callable[[], Any]
     run_twin: Callable[[], Any]
+    #: For a bug the oracle misses: True when the bug and its twin do differ, outside the oracle's reach,
+    #: so that a miss is the oracle's and not a re-creation that changes nothing.
+    shows_defect: Optional[Callable[[], bool]] = None
 
     def __post_init__(self) -> None:
         if self.tier not in TIERS:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import pathlib
 
-from . import quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4, quantizer_per_tensor
+from . import (lifecycle_lazy, lifecycle_values, module_fp8_linear, module_norm, module_refops_caches,
+               module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4,
+               quantizer_per_tensor)
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
+
+TABLE_BEGIN, TABLE_END = "<!-- recall-table:begin -->\n", "<!-- recall-table:end -->"
 
 ALL_CASES: tuple[RecallCase, ...] = (
     *quantizer_per_tensor.CASES,
@@ -15,6 +20,12 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *quantizer_mxfp8.CASES,
     *quantizer_block_fp8.CASES,
     *quantizer_nvfp4.CASES,
+    *module_fp8_linear.CASES,
+    *module_norm.CASES,
+    *module_training.CASES,
+    *module_refops_caches.CASES,
+    *lifecycle_lazy.CASES,
+    *lifecycle_values.CASES,
 )
 
 
@@ -62,6 +73,20 @@ def recall_table(results: tuple[CaseResult, ...]) -> str:
     rows = ["| Bug | Source | Tier | Caught | Twin passes | Why not |", "|---|---|---|---|---|---|"]
     for r in results:
         c = r.case
-        rows.append(f"| `{c.name}`: {c.summary} | [{_source_label(c.source_url)}]({c.source_url}) | {c.tier} "
+        summary = c.summary.replace("|", "\\|")  # a pipe would end the table cell
+        rows.append(f"| `{c.name}`: {summary} | [{_source_label(c.source_url)}]({c.source_url}) | {c.tier} "
                     f"| {'yes' if r.caught else 'no'} | {'yes' if r.twin_passes else 'no'} | {_reason(r)} |")
     return "\n".join(rows)
+
+
+def render_page_section() -> str:
+    """The generated part of ``docs/oracle-recall.md``: the figures, then the table."""
+    results = run_corpus()
+    return f"{recall_figures(results)}\n\n{recall_table(results)}\n"
+
+
+def write_docs_page(page: pathlib.Path) -> None:
+    """Replace the generated section of ``page`` (between its begin and end markers) with the corpus's now."""
+    text = page.read_text()
+    head, rest = text.split(TABLE_BEGIN)
+    page.write_text(head + TABLE_BEGIN + render_page_section() + TABLE_END + rest.split(TABLE_END, 1)[1])

@@ -87,8 +87,24 @@ def _compare(defect: Optional[str]) -> Any:
                            recipe=te.recipe.Float8CurrentScaling())
 
 
+def _interleaved_grads_differ(defect: str) -> bool:
+    """fwd1, fwd2, bwd1, bwd2 (pipeline-parallel microbatches of different magnitude): bwd1's input grad."""
+    grads = []
+    for d in (defect, None):
+        torch.manual_seed(0)
+        module = Fp8Linear(FEATURES_IN, FEATURES_OUT, d)
+        x1 = torch.randn(BATCH, FEATURES_IN, requires_grad=True)
+        x2 = (10 * torch.randn(BATCH, FEATURES_IN)).requires_grad_()
+        y1, y2 = module(x1), module(x2)
+        y1.sum().backward()
+        y2.sum().backward()
+        grads.append(module.weight.grad.clone())
+    return not torch.equal(*grads)
+
+
 def _case(name: str, url: str, summary: str, defect: str) -> RecallCase:
-    return RecallCase(name, url, "module", summary, lambda: _compare(defect), lambda: _compare(None))
+    shows = (lambda: _interleaved_grads_differ(defect)) if defect == "live_scale_inv" else None
+    return RecallCase(name, url, "module", summary, lambda: _compare(defect), lambda: _compare(None), shows)
 
 
 CASES = [

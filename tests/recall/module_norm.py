@@ -68,14 +68,30 @@ def _compare_fused_amax(amax_before_rounding: bool) -> Any:
     return compare_modules(candidate, reference, (x,), recipe=te.recipe.Float8CurrentScaling())
 
 
+def _strided_outputs_differ() -> bool:
+    x = torch.randn(FEATURES, BATCH).t()  # a transposed activation, as a permute upstream leaves it
+    return not torch.equal(RawPointerLayerNorm(FEATURES, True)(x), RawPointerLayerNorm(FEATURES, False)(x))
+
+
+def _fused_scales_differ() -> bool:
+    torch.manual_seed(0)
+    candidate = NormFusedFp8Linear(True)
+    x = torch.randn(BATCH, FEATURES, dtype=torch.bfloat16)
+    candidate(x)
+    before_rounding = getattr(candidate, "1").input_scale.clone()
+    candidate.amax_before_rounding = False
+    candidate(x)
+    return not torch.equal(before_rounding, getattr(candidate, "1").input_scale)
+
+
 CASES = [
     RecallCase("layer_norm_reads_strided_input_as_contiguous",
                "https://github.com/NVIDIA/TransformerEngine/pull/1017", "module",
                "LayerNorm hands a non-contiguous input's pointer to a kernel that assumes row-major rows",
-               lambda: _compare_layer_norm(True), lambda: _compare_layer_norm(False)),
+               lambda: _compare_layer_norm(True), lambda: _compare_layer_norm(False), _strided_outputs_differ),
     RecallCase("norm_fused_amax_before_output_rounding",
                "https://github.com/NVIDIA/TransformerEngine/pull/2355", "module",
                "the LayerNorm kernel's fused amax is taken from fp32 values, not the bf16 output that is "
                "then cast, so the FP8 scale can be one ulp off",
-               lambda: _compare_fused_amax(True), lambda: _compare_fused_amax(False)),
+               lambda: _compare_fused_amax(True), lambda: _compare_fused_amax(False), _fused_scales_differ),
 ]

@@ -25,10 +25,21 @@ from refops.ops.basic.grouped_linear import GroupedLinear
 from refops.ops.basic.layer_norm import LayerNorm
 from refops.testing import LifecycleReport, Status, check_lifecycle
 from refops.testing.lifecycle.check import PROPERTIES
+from refops.testing.lifecycle.report import Kind
 
-HELD, VIOLATED = Status.HELD, Status.VIOLATED
+HELD, VIOLATED, KEPT, NOT_KEPT = Status.HELD, Status.VIOLATED, Status.KEPT, Status.NOT_KEPT
 NOT_CHECKED, NOT_APPLICABLE = Status.NOT_CHECKED, Status.NOT_APPLICABLE
-FORWARD_DEPENDENT = ["eager_values_after_first_forward", "no_stale_cache_after_replacement"]
+FORWARD_DEPENDENT = ["eager_values_after_first_forward", "no_stale_cache_after_replacement",
+                     "checkpoint_round_trip_after_training"]
+#: The properties of a conversion, not checked without convert=.
+CONVERSION = ["requires_grad_kept_through_conversion", "aliases_kept_through_conversion", "identity_through_conversion"]
+
+
+def _all_held() -> dict[str, Status]:
+    """Every promise held and every extension kept; the conversion properties not checked (no convert= given)."""
+    expected = {p: KEPT if prop.kind is Kind.EXTENSION else HELD for p, prop in PROPERTIES.items()}
+    expected.update({p: NOT_CHECKED for p in CONVERSION})
+    return expected
 
 
 def _x(*shape, dtype=torch.float32):
@@ -43,9 +54,10 @@ def _statuses(report: LifecycleReport) -> dict[str, Status]:
 # ------------------------------------------------------------------ plain torch
 NN_LINEAR = {
     "zero_allocation_on_meta": HELD,
+    "materializable_from_meta": HELD,
     "eager_values_after_reset_parameters": NOT_APPLICABLE,
     "eager_values_after_to_empty": HELD,
-    "eager_values_after_first_forward": NOT_APPLICABLE,
+    "eager_values_after_first_forward": NOT_KEPT,  # a refops extension: reported, not a violation
     "identity_through_materialization": NOT_APPLICABLE,
     "aliases_preserved": HELD,
     "requires_grad_kept": HELD,
@@ -53,6 +65,8 @@ NN_LINEAR = {
     "load_state_dict_assign_into_meta": HELD,
     "deepcopy_keeps_aliases_and_shares_nothing": HELD,
     "checkpoint_round_trip": HELD,
+    "checkpoint_round_trip_after_training": HELD,
+    **{p: NOT_CHECKED for p in CONVERSION},
 }
 
 
@@ -74,26 +88,40 @@ def test_without_inputs_the_forward_dependent_properties_are_not_checked(device)
     report = check_lifecycle(lambda d: torch.nn.Linear(16, 8, device=d), device=device)
     expected = dict(NN_LINEAR)
     expected.update({name: NOT_CHECKED for name in FORWARD_DEPENDENT + ["identity_through_materialization"]})
+    assert report.ok
     assert _statuses(report) == expected
     assert "needs inputs" in report["no_stale_cache_after_replacement"].evidence
     assert "first_forward not checked" in report["aliases_preserved"].evidence
 
 
 def test_declaring_nn_linear_lazy_turns_its_differences_into_violations(device):
-    report = check_lifecycle(lambda d: torch.nn.Linear(4, 3, device=d), device=device, inputs=_x(2, 4), lazy=True)
+    report = check_lifecycle(lambda d: torch.nn.Linear(4, 3, device=d), device=device, inputs=_x(2, 4),
+                             materializes_through_reset_parameters=True, materializes_at_first_forward=True)
+    # identity_through_materialization is an extension: claiming to materialize does not make it a promise.
     assert [r.name for r in report.violations] == [
         "eager_values_after_reset_parameters",
         "eager_values_after_first_forward",
-        "identity_through_materialization",
         "aliases_preserved",
         "requires_grad_kept",
     ]
+    assert report["eager_values_after_first_forward"].kind is Kind.PROMISE  # claimed
+    assert report["identity_through_materialization"].status is NOT_KEPT
     assert "left bias, weight on meta" in report["eager_values_after_reset_parameters"].evidence
+
+
+def test_the_deprecated_lazy_keyword_is_both_claims(device):
+    # Before the split, lazy=True said both; it still does, with a DeprecationWarning.
+    with pytest.warns(DeprecationWarning, match="lazy= is deprecated"):
+        old = check_lifecycle(lambda d: torch.nn.Linear(4, 3, device=d), device=device, inputs=_x(2, 4), lazy=True)
+    new = check_lifecycle(lambda d: torch.nn.Linear(4, 3, device=d), device=device, inputs=_x(2, 4),
+                          materializes_through_reset_parameters=True, materializes_at_first_forward=True)
+    assert old.statuses == new.statuses
 
 
 def test_a_module_without_parameters_is_not_applicable_everywhere(device):
     report = check_lifecycle(lambda d: torch.nn.GELU(), device=device, inputs=_x(2, 4))
-    assert set(_statuses(report).values()) == {NOT_APPLICABLE}
+    assert {p: s for p, s in _statuses(report).items() if p not in CONVERSION} == {
+        p: NOT_APPLICABLE for p in PROPERTIES if p not in CONVERSION}
     assert report.ok
     assert report["zero_allocation_on_meta"].evidence == "the module has no parameters or buffers"
 
@@ -138,9 +166,9 @@ REFOPS_CASES = {
 @pytest.mark.parametrize("name", list(REFOPS_CASES))
 def test_refops_ops_hold_every_property(name, dtype, device):
     build, inputs = REFOPS_CASES[name]
-    report = check_lifecycle(lambda d: build(d, dtype), device=device, inputs=inputs(dtype), seed=3)
+    report = check_lifecycle(lambda d: build(d, dtype), device=device, inputs=inputs(dtype), seed=3, strict=True)
     assert report.subject == name
-    assert _statuses(report) == {p: HELD for p in PROPERTIES}, str(report)
+    assert _statuses(report) == _all_held(), str(report)
     report.assert_ok()
 
 
@@ -151,7 +179,7 @@ def test_refops_evidence_names_the_aliases_and_the_paths(device):
         assert f"{path}: kept (aliases basic_ops.0.weight = weight, basic_ops.1.bias = bias)" in aliases
     identity = report["identity_through_materialization"].evidence
     assert identity.count("2 parameter ids unchanged, the optimizer built before holds them") == 2
-    assert "refops extension" not in identity  # refops promises it of its own ops
+    assert "do not promise" not in identity  # refops' own op: no excuse is needed
     replaced = report["no_stale_cache_after_replacement"].evidence
     assert "setattr(weight, bias)" in replaced
     assert "register_parameter(basic_ops.0.weight, basic_ops.1.bias)" in replaced
@@ -217,21 +245,24 @@ def test_the_seeds_bug_is_reported_violated_with_evidence(device):
         "zero_allocation_on_meta": HELD,
         "eager_values_after_reset_parameters": HELD,
         "eager_values_after_to_empty": HELD,
-        "eager_values_after_first_forward": VIOLATED,
-        "identity_through_materialization": VIOLATED,
+        "eager_values_after_first_forward": NOT_KEPT,
+        "identity_through_materialization": NOT_KEPT,
         "aliases_preserved": HELD,
         "requires_grad_kept": VIOLATED,
         "no_stale_cache_after_replacement": VIOLATED,
         "load_state_dict_assign_into_meta": VIOLATED,
         "deepcopy_keeps_aliases_and_shares_nothing": HELD,
         "checkpoint_round_trip": HELD,
+        "checkpoint_round_trip_after_training": HELD,
+        **{p: NOT_CHECKED for p in CONVERSION},
+        "materializable_from_meta": HELD,
     }
     assert not report.ok
     assert "expected device meta but got" in report["eager_values_after_first_forward"].evidence
     identity = report["identity_through_materialization"].evidence
-    assert identity.startswith("refops extension (PyTorch and TE do not promise that materializing keeps parameter "
-                               "objects: build the optimizer after materializing): reset_parameters: replaced weight")
-    assert "reset_parameters: replaced weight (id 0x" in identity
+    assert identity.startswith("reset_parameters: replaced weight (id 0x")
+    assert identity.endswith("(PyTorch and TE do not promise that materializing keeps parameter objects: build the "
+                             "optimizer after materializing)")
     assert "the optimizer built before holds stale objects for bias, weight" in identity
     stale = report["no_stale_cache_after_replacement"].evidence
     assert "after setattr(weight) the new weight got no grad" in stale
@@ -240,7 +271,11 @@ def test_the_seeds_bug_is_reported_violated_with_evidence(device):
     with pytest.raises(AssertionError) as raised:
         report.assert_ok()
     message = str(raised.value)
-    assert message.startswith(f"SnapshotLinear on {device} violates 5 lifecycle properties:")
+    assert message.startswith(f"SnapshotLinear on {device} violates 3 lifecycle properties:")
+    strict = check_lifecycle(lambda d: SnapshotLinear(4, 3, device=d), device=device, inputs=_x(2, 4), strict=True)
+    assert [r.name for r in strict.violations] == [
+        "eager_values_after_first_forward", "identity_through_materialization", "requires_grad_kept",
+        "no_stale_cache_after_replacement", "load_state_dict_assign_into_meta"]
     for result in report.violations:
         assert f"  - {result.name}: {result.evidence}" in message
 
@@ -278,19 +313,20 @@ def test_reset_parameters_that_differs_from_eager_construction_is_a_violation(de
 def test_report_renders_as_a_table_that_leads_with_the_violations(device):
     report = check_lifecycle(lambda d: ResetDrifts(8, device=d), device=device, inputs=_x(2, 8))
     lines = str(report).splitlines()
-    assert lines[0] == (f"lifecycle conformance of ResetDrifts on {device}: VIOLATED (1 of 11 properties): "
-                        "1 violated, 7 held, 3 not applicable")
+    assert lines[0] == (f"lifecycle conformance of ResetDrifts on {device}: VIOLATED (1 of {len(PROPERTIES)} "
+                        "properties): 1 violated, 1 not kept, 9 held, 3 not checked, 2 not applicable")
     assert lines[1].split() == ["property", "status", "evidence"]
     assert set(lines[2].replace(" ", "")) == {"-"}
     rows = lines[3:]
     assert len(rows) == len(PROPERTIES)
-    order = [VIOLATED, HELD, NOT_CHECKED, NOT_APPLICABLE]
+    order = [VIOLATED, NOT_KEPT, HELD, KEPT, NOT_CHECKED, NOT_APPLICABLE]
     expected = sorted(report, key=lambda r: order.index(r.status))  # stable: property order within a status
     assert expected[0].name == "eager_values_after_to_empty"  # the violation first
     status_column = lines[1].index("status")
     for row, result in zip(rows, expected):
         assert row.startswith(result.name)
-        assert row[status_column:].startswith(str(result.status))
+        assert row[status_column:].startswith(result.verdict)
+        assert result.verdict.endswith("(refops extension)") == (result.kind is Kind.EXTENSION)
         assert row.rstrip().endswith(result.evidence)
 
 
@@ -355,8 +391,8 @@ class Composite(torch.nn.Module):
 
 
 def test_a_composite_module_is_checked_through_its_children(device):
-    report = check_lifecycle(Composite, device=device, inputs=_x(3, 8))
-    assert set(_statuses(report).values()) == {HELD}  # before: reset_parameters paths "not applicable"
+    report = check_lifecycle(Composite, device=device, inputs=_x(3, 8), strict=True)
+    assert _statuses(report) == _all_held()  # before: reset_parameters paths "not applicable"
     assert "tensors bit-identical to eager construction" in report["eager_values_after_reset_parameters"].evidence
     assert "reset_parameters: 6 parameter ids unchanged" in report["identity_through_materialization"].evidence
 
@@ -403,8 +439,8 @@ def test_a_quantized_weight_dequantized_in_place_at_materialization_is_a_violati
     report = check_lifecycle(_quantized(lambda d: DequantizesOnMaterialization(64, 32, device=d)), device=device,
                              inputs=_x(32, 64))
     # Before: every property held (the values, the object, the grads are all the eager module's).
-    assert [r.name for r in report.violations] == ["eager_values_after_reset_parameters",
-                                                   "eager_values_after_first_forward"]
+    assert [r.name for r in report.violations] == ["eager_values_after_reset_parameters"]
+    assert [r.name for r in report.extensions_not_kept] == ["eager_values_after_first_forward"]
     evidence = report["eager_values_after_reset_parameters"].evidence
     assert evidence.startswith("after reset_parameters: weight is a plain float32 tensor, expected MXFP8Tensor (")
     assert "_rowwise_data" in evidence and "_columnwise_scale_inv" in evidence
@@ -425,6 +461,8 @@ class DequantizesOnLoad(BasicLinear):
 def test_a_quantized_weight_must_keep_its_kind_across_the_lifecycle_steps(device):
     report = check_lifecycle(_quantized(lambda d: DequantizesOnLoad(32, 16, device=d), "fp8_current_scaling"),
                              device=device, inputs=_x(16, 32))
+    # The next step after training computes with the dequantized values, which are the quantized weight's: it is
+    # the same step, so only the comparisons of kind catch this one.
     assert [r.name for r in report.violations] == ["load_state_dict_assign_into_meta", "checkpoint_round_trip"]
     expected = "tensor weight is a plain float32 tensor, expected Float8Tensor (_data, _transpose, _scale_inv)"
     assert expected in report["load_state_dict_assign_into_meta"].evidence
@@ -434,8 +472,8 @@ def test_a_quantized_weight_must_keep_its_kind_across_the_lifecycle_steps(device
 @pytest.mark.parametrize("recipe_name", ["fp8_delayed_scaling", "mxfp8", "fp8_block_scaling", "nvfp4"])
 def test_refops_quantized_weights_hold_every_property(recipe_name, device):
     report = check_lifecycle(_quantized(lambda d: te.ops.Linear(64, 32, device=d), recipe_name), device=device,
-                             inputs=_x(32, 64))
-    assert _statuses(report) == {p: HELD for p in PROPERTIES}, str(report)
+                             inputs=_x(32, 64), strict=True)
+    assert _statuses(report) == _all_held(), str(report)
 
 
 # ------------------------------------------------------------ false positives found on TransformerEngine

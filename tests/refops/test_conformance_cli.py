@@ -104,7 +104,9 @@ def test_every_tier_runs_against_refops_as_te_and_writes_its_record(monkeypatch,
            "force_pow_2_scales=True) | 116/116 | 0/1010560 | 0/116 | **pass** | 116 runs bit-identical |" in out
     assert "| linear | fp8_current_scaling | bfloat16 | quantized | **pass** |" in out
     assert "quantized weight codes identical: 100.0%" in out
-    assert "| Linear | fp8_current_scaling | quantized | float32 | **pass** | 11 of 11 properties held |" in out
+    # 16 properties: the 3 of a conversion are not checked (the tier gives no convert=).
+    assert "| Linear | fp8_current_scaling | quantized | float32 | **pass** | 13 of 16 properties held, 3 not " \
+           "applicable or not checked |" in out
     assert "- mxfp8: not selected (--recipes)" in out
     record = json.loads((tmp_path / "conformance.json").read_text())
     assert record["ok"] is True and record["environment"]["TransformerEngine"] == "0.0+refops"
@@ -112,7 +114,7 @@ def test_every_tier_runs_against_refops_as_te_and_writes_its_record(monkeypatch,
     lifecycle = record["tiers"][2]
     assert {r["result"] for r in lifecycle["rows"]} == {"pass"}
     assert set(lifecycle["rows"][0]["details"]) == {"te", "reference"}
-    assert len(lifecycle["rows"][0]["details"]["te"]) == 11
+    assert len(lifecycle["rows"][0]["details"]["te"]) == 16
     assert (tmp_path / "conformance.md").read_text().strip() == out[: out.index("\nrefops conformance: wrote")].strip()
 
 
@@ -379,16 +381,17 @@ def test_a_refops_extension_is_listed_on_te_s_row_not_held_against_it(monkeypatc
     """Materializing in place keeps parameter objects: refops promises it, TE does not. A TE op that makes new
     Parameters violates only that: its row passes and names the extension; any other violation still fails it."""
     from refops.cli import conformance_tiers
-    from refops.testing.lifecycle.materialization import REFOPS_EXTENSION
-    from refops.testing.lifecycle.report import LifecycleReport, PropertyResult, Status
+    from refops.testing.lifecycle.report import Kind, LifecycleReport, PropertyResult, Status
 
-    def report(*violated):
-        results = [PropertyResult(name, Status.VIOLATED, evidence) for name, evidence in violated]
+    def report(*failing):
+        results = [PropertyResult(name, status, evidence, kind=kind) for name, status, evidence, kind in failing]
         results.append(PropertyResult("aliases_preserved", Status.HELD, "held"))
         return LifecycleReport("op", "cpu", tuple(results))
 
-    extension = ("identity_through_materialization", f"{REFOPS_EXTENSION}: reset_parameters: replaced weight")
-    other = ("requires_grad_kept", "reset_parameters: requires_grad became True on weight")
+    extension = ("identity_through_materialization", Status.NOT_KEPT, "reset_parameters: replaced weight",
+                 Kind.EXTENSION)
+    other = ("requires_grad_kept", Status.VIOLATED, "reset_parameters: requires_grad became True on weight",
+             Kind.PROMISE)
     case = type("Case", (), {"factory": None, "inputs": None})()
     setup = conformance_tiers.Setup.__new__(conformance_tiers.Setup)
     object.__setattr__(setup, "device", torch.device("cpu"))

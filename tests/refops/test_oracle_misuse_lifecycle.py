@@ -79,3 +79,38 @@ def test_lazy_and_device_must_be_what_they_say():
     if not torch.cuda.is_available():
         with pytest.raises(ValueError, match=r"device cuda was asked for, but torch reports no CUDA device"):
             check_lifecycle(linear, device="cuda")
+
+
+def test_the_claims_and_strict_must_be_bools():
+    with pytest.raises(TypeError, match=r"^check_lifecycle: strict must be True or False, got str 'yes'$"):
+        check_lifecycle(linear, strict="yes")
+    with pytest.raises(TypeError, match=r"^check_lifecycle: materializes_at_first_forward must be True or False, "
+                                        r"got NoneType None$"):
+        check_lifecycle(linear, materializes_at_first_forward=None)
+    with pytest.raises(TypeError, match=r"^check_lifecycle: materializes_through_reset_parameters must be True, "
+                                        r"False or None, got int 1$"):
+        check_lifecycle(linear, materializes_through_reset_parameters=1)
+
+
+def test_lazy_is_not_given_together_with_the_claims_it_stands_for():
+    with pytest.raises(TypeError, match=r"^check_lifecycle: lazy is the deprecated spelling of "
+                                        r"materializes_through_reset_parameters and materializes_at_first_forward"):
+        check_lifecycle(linear, lazy=True, materializes_at_first_forward=True)
+
+
+def test_convert_must_be_a_function_of_the_module():
+    with pytest.raises(TypeError, match=r"^check_lifecycle: convert must be a function, convert\(module\) -> the "
+                                        r"converted module \(or None, in place\), not a module: it is called on the "
+                                        r"module the check builds"):
+        check_lifecycle(linear, convert=torch.nn.Identity())
+    with pytest.raises(TypeError, match=r"^check_lifecycle: convert must be a callable, .* got str"):
+        check_lifecycle(linear, convert="swap_linears")
+    with pytest.raises(TypeError, match=r"^check_lifecycle: convert must take the module as its one positional "
+                                        r"argument"):
+        check_lifecycle(linear, convert=lambda module, config: module)
+
+
+def test_a_convert_that_returns_no_module_is_an_error_naming_convert():
+    with pytest.raises(TypeError, match=r"^check_lifecycle: convert\(module\) must return the converted "
+                                        r"torch.nn.Module \(or None after converting in place\), got dict"):
+        check_lifecycle(linear, inputs=x, convert=lambda module: {"module": module})

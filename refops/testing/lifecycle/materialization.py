@@ -28,11 +28,12 @@ from .evidence import (
     storage_keys,
     weighted_sum,
 )
-from .probe import NotApplicable, Subject, Violation, is_refops_module, over_paths
+from .probe import PATHS, NotApplicable, NotChecked, Subject, Violation, is_refops_module, over_paths
 
 __all__ = [
     "held_state",
     "zero_allocation_on_meta",
+    "materializable_from_meta",
     "eager_values_after_reset_parameters",
     "eager_values_after_to_empty",
     "eager_values_after_first_forward",
@@ -76,6 +77,40 @@ def zero_allocation_on_meta(s: Subject) -> str:
             memory = (f"; the {allocated} bytes allocated on {s.device} meanwhile are state held outside parameters "
                       f"and buffers ({_names(state)}), not parameter storage")
     return f"all {plural(len(params), 'parameter')} and {plural(len(buffers), 'buffer')} are meta{memory}"
+
+
+def materializable_from_meta(s: Subject) -> str:
+    """A meta-built module can be initialized: ``reset_parameters()``, ``to_empty()`` + ``reset_parameters()`` or
+    its first forward leaves no tensor on meta.
+
+    Deferred initialization is what building on meta is for. A module with no ``reset_parameters()`` (on
+    itself or its children) whose forward on a meta-built module raises, or leaves tensors on meta, can be
+    built on meta but never used: that is a violation, not a convention that does not apply.
+    """
+    tried = []
+    for path in ("reset_parameters", "to_empty", "first_forward"):
+        try:
+            module = s.meta()
+        except Exception as error:  # noqa: BLE001  (a factory that cannot build on meta is evidence)
+            raise Violation(f"factory(meta) raised {describe_exception(error)}") from error
+        if not named_tensors(module):
+            raise NotApplicable("the module has no parameters or buffers")
+        try:
+            args = s.fresh_inputs() if path == "first_forward" else ()
+            outputs = s.materialize(module, path, args)
+        except (Violation, NotApplicable) as error:
+            tried.append(f"{path}: {error}")
+            continue
+        except NotChecked as error:
+            raise NotChecked(f"{'; '.join(tried)}; first_forward: {error}") from error
+        except Exception as error:  # noqa: BLE001  (any failure is evidence)
+            tried.append(f"{path}: raised {describe_exception(error)}")
+            continue
+        del outputs
+        if path == "reset_parameters":
+            return f"{PATHS[path]} leaves no tensor on meta"
+        return f"{PATHS[path]} leaves no tensor on meta (not through {', '.join(t.split(':')[0] for t in tried)})"
+    raise Violation("a meta-built module cannot be initialized: " + "; ".join(tried))
 
 
 def held_state(module: torch.nn.Module, device: torch.device, depth: int = 5) -> dict[str, torch.Tensor]:
@@ -173,7 +208,12 @@ def eager_values_after_to_empty(s: Subject) -> str:
 
 
 def eager_values_after_first_forward(s: Subject) -> str:
-    """The first forward materializes: parameters, outputs and grads equal the eager module's."""
+    """The first forward materializes: parameters, outputs and grads equal the eager module's.
+
+    A refops extension (refops' ops materialize at the first forward, as TE's do through
+    ``pre_first_fuser_forward``; PyTorch modules do not), unless the module claims it
+    (``materializes_at_first_forward=True``): then it is a promise of that module.
+    """
     args = s.fresh_inputs()
     probe = s.meta()
     if not named_tensors(probe):
@@ -181,7 +221,10 @@ def eager_values_after_first_forward(s: Subject) -> str:
     eager = s.eager()
     eager_outputs = s.forward_backward(eager, args)
     module = s.meta()
-    outputs = s.materialize(module, "first_forward", s.fresh_inputs())
+    try:
+        outputs = s.materialize(module, "first_forward", s.fresh_inputs())
+    except NotApplicable as error:  # the module does not materialize by itself: the extension is not kept
+        raise Violation(str(error)) from error
     loss = weighted_sum(outputs)
     try:
         if loss is not None:
@@ -199,20 +242,20 @@ def eager_values_after_first_forward(s: Subject) -> str:
     return f"parameters, {plural(len(outputs), 'output')} and grads bit-identical to eager construction"
 
 
-#: Leads the evidence of ``identity_through_materialization`` on a module that is not refops' (TE's, a user's).
+#: Why ``identity_through_materialization`` is an extension, said when a module that is not refops' does not keep it.
 REFOPS_EXTENSION = (
-    "refops extension (PyTorch and TE do not promise that materializing keeps parameter objects: "
-    "build the optimizer after materializing)"
+    "PyTorch and TE do not promise that materializing keeps parameter objects: build the optimizer after "
+    "materializing"
 )
 
 
 def identity_through_materialization(s: Subject) -> str:
     """Materializing in place keeps every parameter object, so an optimizer built before holds the live ones.
 
-    refops promises this (``docs/lifecycle.md``); PyTorch does not (``to_empty()`` makes new objects), nor does
-    TransformerEngine (its ``reset_parameters()`` wraps new values in a new ``Parameter``). On a module that is
-    not refops' the evidence, held or violated, starts with :data:`REFOPS_EXTENSION`: the verdict says what an
-    optimizer built before materializing holds, not that the module broke a promise of its own.
+    A refops extension (``docs/lifecycle.md``): PyTorch does not promise it (``to_empty()`` makes new objects),
+    nor does TransformerEngine (its ``reset_parameters()`` wraps new values in a new ``Parameter``). Not kept,
+    the evidence says what an optimizer built before materializing holds, and, for a module that is not refops',
+    :data:`REFOPS_EXTENSION`.
     """
 
     def check(path: str) -> str:
@@ -234,11 +277,11 @@ def identity_through_materialization(s: Subject) -> str:
             raise Violation("; ".join(problems))
         return f"{plural(len(before), 'parameter id')} unchanged, the optimizer built before holds them"
 
-    extension = "" if is_refops_module(s.meta()) else f"{REFOPS_EXTENSION}: "
     try:
-        return extension + over_paths(["reset_parameters", "first_forward"], check)
+        return over_paths(["reset_parameters", "first_forward"], check)
     except Violation as error:
-        raise Violation(extension + str(error)) from error
+        why = "" if is_refops_module(s.meta()) else f" ({REFOPS_EXTENSION})"
+        raise Violation(f"{error}{why}") from error
     except NotApplicable as error:
         if not list(s.meta().parameters()):
             raise
@@ -266,7 +309,7 @@ def aliases_preserved(s: Subject) -> str:
     return over_paths(["reset_parameters", "to_empty", "first_forward"], check)
 
 
-def _parameters_to_freeze(module: torch.nn.Module) -> list[str]:
+def parameters_to_freeze(module: torch.nn.Module) -> list[str]:
     """The parameters owned by the first module that owns some itself (not as an alias of a child's).
 
     Freezing a whole owner keeps ops valid whose parameters must agree on
@@ -285,7 +328,7 @@ def requires_grad_kept(s: Subject) -> str:
 
     def check(path: str) -> str:
         module = s.meta()
-        frozen = _parameters_to_freeze(module)
+        frozen = parameters_to_freeze(module)
         if not frozen:
             raise NotApplicable("the module has no parameters")
         named = dict(module.named_parameters(remove_duplicate=False))

@@ -1,4 +1,4 @@
-"""Lifecycle properties of parameter replacement: assignment, loading, copying and checkpoints.
+"""Lifecycle properties of parameter replacement: assignment, loading and copying.
 
 Every check here swaps parameter objects under a module that has already run
 (or could run) a forward, and then asks whether the module still computes with,
@@ -11,7 +11,7 @@ meta tensors (TE issue 3322).
 from __future__ import annotations
 
 import copy
-import io
+
 import torch
 
 from .evidence import (
@@ -29,38 +29,13 @@ from .evidence import (
     storage_keys,
 )
 from .probe import NotApplicable, Subject, Violation
+from .steps import run_step, trainable
 
 __all__ = [
     "no_stale_cache_after_replacement",
     "load_state_dict_assign_into_meta",
     "deepcopy_keeps_aliases_and_shares_nothing",
-    "checkpoint_round_trip",
 ]
-
-
-def _trainable(module: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
-    params = dict(module.named_parameters())
-    if not params:
-        raise NotApplicable("the module has no parameters")
-    if not any(p.requires_grad for p in params.values()):
-        raise NotApplicable("no parameter requires grad")
-    return params
-
-
-def _run(s: Subject, module: torch.nn.Module, what: str, *, backward: bool = True) -> dict[str, torch.Tensor]:
-    """Forward (and backward) under a fixed seed; a failure is a violation naming ``what``.
-
-    Returns the outputs as ``{"#0": y0, ...}``.
-    """
-    args = s.fresh_inputs()
-    torch.manual_seed(s.seed + 1)
-    try:
-        with torch.set_grad_enabled(backward):
-            outputs = s.forward_backward(module, args)
-    except Exception as error:  # noqa: BLE001  (any failure is evidence)
-        step = "forward/backward" if backward else "forward"
-        raise Violation(f"{step} {what} raised {describe_exception(error)}") from error
-    return {f"#{i}": y for i, y in enumerate(outputs)}
 
 
 def _replacement_targets(module: torch.nn.Module, deepest: bool) -> list[tuple[str, str, torch.nn.Parameter]]:
@@ -118,13 +93,13 @@ def _replace(module: torch.nn.Module, how: str) -> tuple[list[tuple[str, str, to
 def no_stale_cache_after_replacement(s: Subject) -> str:
     """After a first forward, parameters replaced by ``setattr`` or ``register_parameter`` get the grads."""
     module = s.eager()
-    _trainable(module)
+    trainable(module)
     # The control: the same module rebuilt under the same seed, run for the same steps, never replaced. A module
     # with state that moves between steps (delayed scaling's amax history) computes different grads at each
     # step, correctly; only a difference from the twin at the same step is the replacement's doing.
     twin = s.eager()
-    _run(s, module, "before replacement")
-    _run(s, twin, "of the untouched twin")
+    run_step(s, module, "before replacement")
+    run_step(s, twin, "of the untouched twin")
     differs = _differing_grads(module, twin)
     notes = []
     if differs:
@@ -140,14 +115,14 @@ def no_stale_cache_after_replacement(s: Subject) -> str:
         if retied:
             notes.append(f"re-tied {', '.join(retied)} after {how}")
         try:
-            _run(s, module, f"after {how}")
+            run_step(s, module, f"after {how}")
         except Violation as error:
             problems.append(str(error))
             continue
         expected = {}
         if twin is not None:
             twin.zero_grad(set_to_none=True)
-            _run(s, twin, f"of the untouched twin, step of {how}")
+            run_step(s, twin, f"of the untouched twin, step of {how}")
             expected = {name: p.grad for name, p in twin.named_parameters(remove_duplicate=False)
                         if p.grad is not None}
         current = dict(module.named_parameters())
@@ -195,7 +170,7 @@ def _differing_grads(module: torch.nn.Module, twin: torch.nn.Module) -> list[str
 def load_state_dict_assign_into_meta(s: Subject) -> str:
     """``load_state_dict(state, assign=True)`` into a meta-built module materializes it and keeps aliases."""
     source = s.eager(seed_offset=1)
-    _trainable(source)
+    trainable(source)
     state = _clone_keeping_ties(source.state_dict())
     module = s.meta()
     before = alias_structure(module)
@@ -207,8 +182,8 @@ def load_state_dict_assign_into_meta(s: Subject) -> str:
     problems += alias_changes(before, alias_structure(module))
     ran = ""
     if s.inputs is not None:
-        outputs = _run(s, module, "after loading")
-        expected = _run(s, source, "of the source")
+        outputs = run_step(s, module, "after loading")
+        expected = run_step(s, source, "of the source")
         problems += compare_tensors(outputs, expected, what="output")
         problems += compare_tensors(grads(module), grads(source), what="grad of", device=s.device)
         ran = "; forward and backward match the source and grads land on the loaded parameters"
@@ -234,7 +209,7 @@ def deepcopy_keeps_aliases_and_shares_nothing(s: Subject) -> str:
     if not named_tensors(module):
         raise NotApplicable("the module has no parameters or buffers")
     if s.inputs is not None:
-        _run(s, module, "of the original")
+        run_step(s, module, "of the original")
         module.zero_grad(set_to_none=True)
     clone = copy.deepcopy(module)
     problems = alias_changes(alias_structure(module), alias_structure(clone))
@@ -249,8 +224,8 @@ def deepcopy_keeps_aliases_and_shares_nothing(s: Subject) -> str:
     problems += compare_tensors(copies, originals, what="copied tensor")
     ran = ""
     if s.inputs is not None:
-        outputs = _run(s, clone, "of the copy")
-        expected = _run(s, module, "of the original", backward=False)
+        outputs = run_step(s, clone, "of the copy")
+        expected = run_step(s, module, "of the original", backward=False)
         problems += compare_tensors(outputs, expected, what="output")
         missing = sorted(n for n, p in clone.named_parameters() if p.requires_grad and p.grad is None)
         leaked = sorted(n for n, p in module.named_parameters() if p.grad is not None)
@@ -262,37 +237,3 @@ def deepcopy_keeps_aliases_and_shares_nothing(s: Subject) -> str:
     if problems:
         raise Violation("; ".join(problems))
     return f"{plural(len(copies), 'tensor')} copied, none shared; {describe_aliases(alias_structure(clone))}{ran}"
-
-
-def checkpoint_round_trip(s: Subject) -> str:
-    """``state_dict`` through ``torch.save`` and ``torch.load(weights_only=True)`` into a fresh module is exact."""
-    source = s.eager()
-    if not source.state_dict():
-        raise NotApplicable("the module's state_dict is empty")
-    with torch.no_grad():
-        for p in source.parameters():
-            if p.is_floating_point():
-                p.add_(torch.randn_like(p))  # values no initializer produces, so a silent no-op load shows
-    buffer = io.BytesIO()
-    torch.save(source.state_dict(), buffer)
-    buffer.seek(0)
-    try:
-        state = torch.load(buffer, weights_only=True)
-        target = s.eager(seed_offset=2)
-        target.load_state_dict(state)
-    except Exception as error:  # noqa: BLE001
-        raise Violation(f"saving and loading raised {describe_exception(error)}") from error
-    expected = {k: v for k, v in source.state_dict().items() if isinstance(v, torch.Tensor)}
-    loaded = {k: v for k, v in target.state_dict().items() if isinstance(v, torch.Tensor)}
-    problems = compare_tensors(loaded, expected, what="state")
-    problems += compare_tensors(named_tensors(target), named_tensors(source), what="tensor")
-    ran = ""
-    if s.inputs is not None:
-        outputs = _run(s, target, "of the loaded module", backward=False)
-        reference = _run(s, source, "of the source", backward=False)
-        problems += compare_tensors(outputs, reference, what="output")
-        ran = " and outputs"
-    if problems:
-        raise Violation("; ".join(problems))
-    entries = plural(len(expected), "state entry", "state entries")
-    return f"{entries}, parameters{ran} bit-identical after the round trip"

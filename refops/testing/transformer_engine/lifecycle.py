@@ -10,8 +10,10 @@ instance (a bound method, so ``copy.deepcopy`` rebinds it to the copy), which ke
 parameter names and the class the report shows those of the TE op itself.
 
 TE's ops materialize meta parameters in ``reset_parameters()`` and at the first forward
-(``pre_first_fuser_forward``), so they are checked with ``lazy=True``: a path that leaves a
-parameter on meta, or raises, is a violation.
+(``pre_first_fuser_forward``): both are TE's own promises, so they are checked with
+``materializes_through_reset_parameters=True, materializes_at_first_forward=True`` (:data:`TE_CLAIMS`):
+a path that leaves a parameter on meta, or raises, is a violation. Keeping parameter objects through
+materialization is a refops extension TE does not promise: reported, not held against TE.
 
 ``lifecycle_cases(..., reference=True)`` builds refops' own ops the same way (refops' ops,
 ``autocast`` and ``quantized_model_init``): the control. A property that the reference
@@ -36,7 +38,11 @@ from ...recipe import NVFP4BlockScaling, Recipe
 from .availability import import_te
 from .recipes import te_recipe
 
-__all__ = ["LifecycleCase", "lifecycle_cases", "LIFECYCLE_OPS", "WEIGHTED_OPS"]
+__all__ = ["LifecycleCase", "lifecycle_cases", "LIFECYCLE_OPS", "WEIGHTED_OPS", "TE_CLAIMS"]
+
+#: What TE's ops claim of their materialization, as ``check_lifecycle`` keywords: ``reset_parameters()``
+#: materializes a meta-built op, and so does the first forward (``pre_first_fuser_forward``).
+TE_CLAIMS = {"materializes_through_reset_parameters": True, "materializes_at_first_forward": True}
 
 #: The ops checked, in report order.
 LIFECYCLE_OPS = ("BasicLinear", "Bias", "Linear", "LayerNorm", "RMSNorm", "GroupedLinear", "Sequential")
@@ -47,7 +53,7 @@ _GROUPS = 2
 
 @dataclasses.dataclass(frozen=True)
 class LifecycleCase:
-    """One TE op under one recipe: ``check_lifecycle(case.factory, inputs=case.inputs, lazy=True)``."""
+    """One TE op under one recipe: ``check_lifecycle(case.factory, inputs=case.inputs, **TE_CLAIMS)``."""
 
     #: The op's name in ``te.ops`` (``"Sequential"``: LayerNorm -> Linear -> GELU -> Linear).
     op: str

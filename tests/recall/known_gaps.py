@@ -7,11 +7,6 @@ the entry here and regenerate the table (``python3 -m tests.recall --write-docs`
 
 #: case name -> why the oracle does not catch the bug
 MISSED_BUGS: dict[str, str] = {
-    "fp8_output_written_with_input_strides":
-        "check_quantizer's matrix holds only contiguous inputs; it needs transposed and sliced views",
-    "fp8_input_storage_offset_ignored":
-        "check_quantizer's matrix holds only inputs that start at their storage's first element; "
-        "it needs views with a storage offset",
     "e8m0_scale_from_float_log2":
         "no case puts a block amax where RN(amax/448) lies an ulp above a power of two, where float "
         "log2 rounds onto the integer and the E8M0 round-up is lost (the ties case targets E4M3 code midpoints)",
@@ -27,9 +22,6 @@ MISSED_BUGS: dict[str, str] = {
     "main_grad_accumulates_first_microbatch_only":
         "compare_modules runs one backward and compares .grad; it neither compares weight.main_grad "
         "(accumulate_into_main_grad) nor accumulates a second microbatch",
-    "conversion_rewraps_frozen_weight_as_trainable":
-        "check_lifecycle freezes parameters only after the factory returns; a conversion inside the "
-        "factory (module swap, from_float) is never handed a frozen weight",
 }
 
 #: case name -> why the oracle fails the correct twin (a false alarm)

@@ -121,8 +121,10 @@ class ConvertedLinear(torch.nn.Linear):
         return new
 
 
-def _converted(device: Any, keep_requires_grad: bool) -> ConvertedLinear:
-    return ConvertedLinear.from_float(torch.nn.Linear(FEATURES_IN, FEATURES_OUT, device=device), keep_requires_grad)
+def _check_converted(keep_requires_grad: bool) -> Any:
+    """The conversion handed to check_lifecycle as the user's module swap (its ``convert=`` step)."""
+    return check_lifecycle(lambda d: torch.nn.Linear(FEATURES_IN, FEATURES_OUT, device=d), inputs=_inputs,
+                           convert=lambda module: ConvertedLinear.from_float(module, keep_requires_grad))
 
 
 def _conversion_unfreezes(keep_requires_grad: bool) -> bool:
@@ -183,7 +185,7 @@ CASES = [
     RecallCase("conversion_rewraps_frozen_weight_as_trainable", "https://github.com/pytorch/ao/issues/1871",
                "lifecycle", "Float8Linear.from_float() wraps the weight in a new nn.Parameter, whose "
                "requires_grad defaults to True: a frozen weight becomes trainable",
-               lambda: _check(lambda d: _converted(d, False)), lambda: _check(lambda d: _converted(d, True)),
+               lambda: _check_converted(False), lambda: _check_converted(True),
                lambda: _conversion_unfreezes(False) and not _conversion_unfreezes(True)),
     RecallCase("tied_weights_split_by_to_empty", "https://github.com/huggingface/accelerate/pull/1204",
                "lifecycle", "re-placing the parameters (to_empty, loading into a meta model) makes one tensor "

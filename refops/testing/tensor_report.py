@@ -55,17 +55,26 @@ class TensorComparison:
     #: Under the module tier's "numerics" criterion: each side's SQNR (dB) against the float64 twin.
     candidate_to_float64_db: Optional[float] = None
     reference_to_float64_db: Optional[float] = None
-    #: For a failure judged by the "numerics" criterion: one line of diagnosis, starting "why:".
+    #: For a failure: one line of diagnosis, starting "why:".
     why: str = ""
+    #: Under the module tier: what was compared ("value", "bytes", "state", "consistency", "metamorphic") and
+    #: the scenario and step of the training script that produced it ("" for a single comparison).
+    kind: str = ""
+    scenario: str = ""
+    step: str = ""
 
     def __str__(self) -> str:
         status = "ok  " if self.passed else "FAIL"
         where = f", first at {list(self.first_mismatches)}" if self.num_mismatches else ""
         share = "" if self.bit_identical_share is None else f" bit-identical={100 * self.bit_identical_share:.1f}%"
+        if self.num_mismatches or self.passed:
+            counted = f"mismatches={self.num_mismatches}/{self.numel}{where}"
+        else:  # a whole-tensor criterion failed: no single element is out of its bound
+            counted = f"whole tensor ({self.numel} elements) out of the criterion, no single element"
+        sqnr = "identical" if math.isinf(self.sqnr_db) and self.sqnr_db > 0 else f"sqnr={self.sqnr_db:.1f}dB"
         line = (
             f"{status} {self.name:<28} {self.tier:<9} max_abs={self.max_abs_error:.3e} "
-            f"max_rel={self.max_rel_error:.3e} sqnr={self.sqnr_db:.1f}dB "
-            f"mismatches={self.num_mismatches}/{self.numel}{where}{share} [{self.criterion}]"
+            f"max_rel={self.max_rel_error:.3e} {sqnr} {counted}{share} [{self.criterion}]"
         )
         return line + (f"\n       {self.why}" if self.why and not self.passed else "")
 

@@ -66,7 +66,9 @@ class CachedWeightLinear(te.ops.BasicLinear):
             self._reuse_transpose(fresh, (weight._version,),
                                   refresh_key_without_transpose=self.policy == "key_refreshed_by_any_forward")
         else:  # TE #825: the recipe's scale changes while the weight does not; cached bytes need that scale
-            key = (weight._version,) + ((float(quantizer.scale),) if self.policy == "keyed_on_version_and_scale" else ())
+            # Keyed on whether this cast made the transpose too: a no-grad forward's bytes lack it.
+            key = (weight._version, fresh._transpose is not None) + (
+                (float(quantizer.scale),) if self.policy == "keyed_on_version_and_scale" else ())
             if key == self._cache_key:
                 fresh._data, fresh._transpose = self._cached["data"], self._cached["transpose"]
             else:  # the scale_inv stays the live one: stale bytes decoded with a new scale (the bug)

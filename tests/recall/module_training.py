@@ -36,7 +36,8 @@ class LinearDropout(torch.nn.Sequential):
         self.backward_scale_is_p = backward_scale_is_p
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _DropoutFunction.apply(self[0](x), P, self.backward_scale_is_p)
+        y = self[0](x)
+        return _DropoutFunction.apply(y, P, self.backward_scale_is_p) if self.training else y
 
 
 def _compare_dropout(backward_scale_is_p: bool) -> Any:

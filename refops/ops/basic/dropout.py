@@ -61,8 +61,10 @@ class Dropout(BasicOperation):
         dtype = compute_dtype(name, input_, input_.dtype)
         x = maybe_dequantize(input_, dtype)
         keep_probability = 1 - self.dropout_probability
-        mask = torch.empty_like(x).bernoulli_(keep_probability)
-        mask *= 1 / keep_probability
+        # The mask from fp32 uniforms of torch's generator, whatever x's dtype: one generator state gives one
+        # mask in every dtype, so a float64 twin and a candidate replaying the state draw the same (docs/oracle.md).
+        uniform = torch.rand(x.shape, dtype=torch.float32, device=x.device)
+        mask = (uniform >= self.dropout_probability).to(x.dtype) * (1 / keep_probability)
         if ctx.requires_grad:
             ctx.save_for_backward(mask)
         ctx.dtype = dtype

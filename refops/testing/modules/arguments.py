@@ -6,13 +6,16 @@ from typing import Sequence
 
 import torch
 
+from .scenarios import SCENARIOS
+
 __all__ = ["TIERS", "validate_arguments"]
 
 #: The criteria ``compare_modules`` judges outputs and grads by (``tier=``).
 TIERS = ("numerics", "tolerance", "sqnr", "exact")
 
 
-def validate_arguments(candidate, reference, inputs, tier, grad_output) -> None:
+def validate_arguments(candidate, reference, inputs, tier, grad_output, scenarios=("one step",),
+                       metamorphic=True) -> None:
     """Misuse is an error naming compare_modules, the argument and what was expected, before anything runs."""
     for arg, module in (("candidate", candidate), ("reference", reference)):
         if not isinstance(module, torch.nn.Module):
@@ -25,6 +28,15 @@ def validate_arguments(candidate, reference, inputs, tier, grad_output) -> None:
         )
     if tier not in TIERS:
         raise ValueError(f"compare_modules: unknown `tier` {tier!r}; the tiers are {', '.join(map(repr, TIERS))}")
+    if isinstance(scenarios, str) or not isinstance(scenarios, Sequence) or not scenarios:
+        raise TypeError(f"compare_modules: `scenarios` must be a non-empty sequence of scenario names from "
+                        f"{', '.join(map(repr, SCENARIOS))}; got {scenarios!r}")
+    unknown = [s for s in scenarios if s not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"compare_modules: unknown scenario(s) {unknown}; the scenarios are "
+                         f"{', '.join(map(repr, SCENARIOS))}")
+    if not isinstance(metamorphic, bool):
+        raise TypeError(f"compare_modules: `metamorphic` must be True or False, got {metamorphic!r}")
     if grad_output is not None and not isinstance(grad_output, torch.Tensor):
         raise TypeError(f"compare_modules: `grad_output` must be a tensor or None, got {type(grad_output).__name__}")
     params_c, params_r = dict(candidate.named_parameters()), dict(reference.named_parameters())

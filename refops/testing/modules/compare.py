@@ -1,18 +1,19 @@
-"""The oracle: run a candidate module and the reference on the same inputs and recipe, and compare.
+"""The oracle: run a candidate module and the reference through the same training script, and compare.
 
-``compare_modules(candidate, reference, inputs, recipe=...)`` copies the
-candidate's parameters into the reference (by name), runs forward and backward
-on both, and compares under the three-tier policy
-(:mod:`refops.testing.tensor_report`): quantized weights and recipe state
-bit-exactly, outputs and gradients within the recipe's tolerance (or the dtype's
-GEMM tolerance), and the output's SQNR against a floor. The candidate can be any
-module with a ``te.ops``-compatible structure (TransformerEngine itself, run
-under its own ``autocast`` via ``candidate_context``) or refops under another
-backend (:func:`compare_backends`).
+``compare_modules(candidate, reference, inputs, recipe=...)`` gives the reference the candidate's parameter
+values (by name; quantized ones as their values, never their arrays), runs both, and the reference's twins,
+through the scenarios of :mod:`.scenarios` (one fresh step, realistic grad magnitudes, a row-spread input,
+interleaved microbatches, optimizer steps with an eval forward between them), each step from the same random
+state, and judges every recorded tensor (:mod:`.judges`) by the numerics criterion (or the tier asked). Beside
+that it checks what needs no reference (:mod:`.metamorphic`), the candidate's quantized parameters for
+self-consistency (:mod:`.consistency`), the quantized bytes both sides made from bit-identical tensors and
+the delayed-scaling recipe state after the first step. The report (:class:`ComparisonReport`) lists every
+comparison with its scenario and step, the step at which each tensor first differs, and every tier that ran
+or did not, with the reason (:mod:`.tiers`).
 
-The report lists every tier that ran and every tier that did not, with the reason
-(:class:`TierRun`): a candidate that returns plain tensors has no quantized bytes to
-compare unless it exposes its operands (:mod:`refops.testing.modules.quantized_operands`).
+The candidate can be any module with the reference's parameter names: TransformerEngine itself (run under
+its own ``autocast`` via ``candidate_context``), a plain PyTorch model, or refops under another backend
+(:func:`compare_backends`).
 """
 
 from __future__ import annotations
@@ -29,16 +30,20 @@ from ...kernels import use_backend
 from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.state import autocast
 from ...recipe import NVFP4BlockScaling, Recipe
-from . import numerics
-from . import quantized_operands as operands
-from .exact_state import compare_quantized, compare_state, recipe_states, slots_fed_by_unequal_sources
 from .arguments import TIERS, validate_arguments
+from .consistency import check_quantized_parameters
+from .first_step import FirstStep as _FirstStep, give_candidate_values, plain_twin as _plain_twin
+from .judges import candidate_raised, judge_by_tier, judge_numerics, missing
+from .metamorphic import run_metamorphic
 from .report import ComparisonReport, TierRun
-from .twins import float64_twin, legit_context, run_float64
+from .scenarios import SCENARIOS, default_grad, run_script
+from .sides import Side, carry_parameter_attributes, deepcopy_module
+from .tiers import describe_tiers
+from .twins import float64_context, float64_twin, legit_context
 from ..tensor_report import TensorComparison, compare_tensors, sqnr_db
 from ..tolerances import dtype_tols, gemm_tols
 
-__all__ = ["ComparisonReport", "TIERS", "TierRun", "compare_modules", "compare_backends", "recipe_tols"]
+__all__ = ["ComparisonReport", "SCENARIOS", "TIERS", "TierRun", "compare_modules", "compare_backends", "recipe_tols"]
 
 
 def recipe_tols(recipe: Optional[Recipe], dtype: torch.dtype) -> dict[str, float]:
@@ -48,47 +53,6 @@ def recipe_tols(recipe: Optional[Recipe], dtype: torch.dtype) -> dict[str, float
     if isinstance(recipe, NVFP4BlockScaling):
         return dict(rtol=0.25, atol=0.125)
     return dtype_tols(torch.float8_e4m3fn)
-
-
-def _copy_parameters(candidate: torch.nn.Module, reference: torch.nn.Module) -> None:
-    """Give each reference parameter the candidate's values (quantized bytes copied as they are)."""
-    targets = dict(reference.named_parameters())
-    with torch.no_grad():
-        for name, source in candidate.named_parameters():
-            if name not in targets:
-                raise KeyError(f"the reference has no parameter named {name!r} (it has {sorted(targets)})")
-            target = targets[name]
-            if target.is_meta:
-                raise ValueError(f"reference parameter {name!r} is on meta; materialize it first")
-            if isinstance(source, QuantizedTensor) and isinstance(target, QuantizedTensor):
-                # Overwrite the bytes directly: an in-place update through the quantizer would
-                # record an amax (delayed scaling) and make the recipe states differ.
-                arrays, _ = source.to_plain_tensors()
-                arrays = {k: v.to(target.device) for k, v in arrays.items() if not k.startswith("quantizer.")}
-                target._overwrite_arrays(arrays)
-            elif isinstance(source, QuantizedTensor):
-                target.copy_(source.dequantize(dtype=target.dtype))
-            else:
-                target.copy_(source)
-
-
-def _run(module, inputs, grad_output, context):
-    xs = [x.detach().clone().requires_grad_(x.is_floating_point()) for x in inputs]
-    with context:
-        out = module(*xs)
-    y = out[0] if isinstance(out, tuple) else out
-    dy = grad_output if grad_output is not None else _default_grad(y)
-    y.backward(dy.to(device=y.device, dtype=y.dtype) if dy.dtype != y.dtype or dy.device != y.device else dy)
-    return y.detach(), [x.grad for x in xs]
-
-
-#: The seed of the default output grad: zero-mean standard normal, the same on every call.
-DEFAULT_GRAD_SEED = 20251205
-
-
-def _default_grad(y: torch.Tensor) -> torch.Tensor:
-    generator = torch.Generator(device="cpu").manual_seed(DEFAULT_GRAD_SEED)
-    return torch.randn(tuple(y.shape), generator=generator, dtype=torch.float32).to(device=y.device, dtype=y.dtype)
 
 
 def compare_modules(
@@ -104,11 +68,14 @@ def compare_modules(
     sqnr_floor_db: Optional[float] = None,
     tolerances: Optional[dict[str, float]] = None,
     tier: str = "numerics",
+    scenarios: Sequence[str] = SCENARIOS,
+    metamorphic: bool = True,
+    seed: int = 0,
 ) -> ComparisonReport:
-    """Run both modules forward and backward on ``inputs`` under ``recipe`` and compare everything.
+    """Run both modules through the training script of ``scenarios`` on ``inputs`` under ``recipe``, and compare.
 
     Args:
-        candidate: the module under test (its parameters are copied into ``reference``).
+        candidate: the module under test (its parameter values are given to ``reference``).
         reference: a refops module with the same structure (same parameter names and shapes).
         inputs: forward arguments, a sequence such as ``(x,)``; floating tensors get ``requires_grad``
             and their grads are compared.
@@ -116,228 +83,138 @@ def compare_modules(
         candidate_context: a factory of the context the candidate runs in (default:
             ``refops.autocast`` with ``recipe``; pass TE's ``te.autocast`` for TransformerEngine).
         reference_context: likewise for the reference (default: ``refops.autocast`` with ``recipe``).
-        grad_output: the output grad (default: a zero-mean random one, seeded: the same every call).
-        copy_parameters: copy the candidate's parameter values into the reference first.
-        sqnr_floor_db: floor of the output's SQNR against the reference (default: 20 dB quantized, 40 dB
+        grad_output: the first step's output grad (default: a zero-mean random one, seeded: the same every call);
+            the "grad scales" scenario scales it.
+        copy_parameters: give the reference the candidate's parameter values first (quantized parameters as
+            their dequantized values, which the reference quantizes itself).
+        sqnr_floor_db: floor of the first output's SQNR against the reference (default: 20 dB quantized, 40 dB
             otherwise; under "numerics", at most 12 dB below a legitimately different implementation's).
         tolerances: ``{"rtol", "atol"}`` for ``tier="tolerance"`` (default: :func:`recipe_tols`).
         tier: how outputs and grads are judged: "numerics" (the default: against a float64 twin and a
             legitimately different twin of the reference, :mod:`refops.testing.modules.twins`),
             "tolerance" (element-wise rtol/atol, TE's), "sqnr" (every output and grad against
             ``sqnr_floor_db``) or "exact" (bit for bit).
+        scenarios: the scenarios of the training script, from :data:`SCENARIOS` (all by default; "one step"
+            always runs first). ``("one step",)`` is the single fresh step.
+        metamorphic: run the checks that need no reference (:mod:`refops.testing.modules.metamorphic`).
+        seed: the random generator's seed of the script's first step (each step reseeds, the same on every
+            side); the caller's generator state is restored afterwards.
     """
-    validate_arguments(candidate, reference, inputs, tier, grad_output)
-    inputs = list(inputs)
+    validate_arguments(candidate, reference, inputs, tier, grad_output, scenarios, metamorphic)
+    devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
+    with torch.random.fork_rng(devices=devices):
+        return _compare(candidate, reference, list(inputs), recipe=recipe, candidate_context=candidate_context,
+                        reference_context=reference_context, grad_output=grad_output,
+                        copy_parameters=copy_parameters, sqnr_floor_db=sqnr_floor_db, tolerances=tolerances,
+                        tier=tier, scenarios=tuple(scenarios), metamorphic=metamorphic, seed=seed)
 
+
+def _compare(candidate, reference, inputs, *, recipe, candidate_context, reference_context, grad_output,
+             copy_parameters, sqnr_floor_db, tolerances, tier, scenarios, metamorphic, seed) -> ComparisonReport:
     def default_context():
         return autocast(enabled=recipe is not None, recipe=recipe)
 
+    candidate_context = candidate_context or default_context
     reference_context = reference_context or default_context
     if copy_parameters:
-        _copy_parameters(candidate, reference)
-    twins = _Twins(reference, recipe) if tier == "numerics" else None
-    with operands.recording() as seen_c:
-        y_c, grads_c = _run(candidate, inputs, grad_output, (candidate_context or default_context)())
-    if grad_output is None:
-        grad_output = _default_grad(y_c)
-    exposes = exposes_hook = callable(getattr(candidate, operands.HOOK, None))
-    with operands.recording() as seen:
-        y_r, grads_r = _run(reference, inputs, grad_output, reference_context())
+        give_candidate_values(candidate, reference)
+    results: list[TensorComparison] = check_quantized_parameters(candidate, "before the script")
+    snapshot = _deepcopy_or_none(candidate) if metamorphic else None
+    sides = [Side("candidate", candidate, candidate_context), Side("reference", reference, reference_context)]
+    twin_problems: list[str] = []
+    if tier == "numerics":
+        sides += _twin_sides(reference, recipe, reference_context, twin_problems)
+    first = _FirstStep(candidate, reference, copy_parameters)
+    records = run_script(sides, inputs, grad_output, scenarios=scenarios, seed=seed, observe=first.observe,
+                         after_first_step=first.done)
+    twin_problems += [f"the {s.name} twin failed and was left out {s.failure}" for s in sides[2:] if s.failure]
+    cand, ref = records["candidate"], records["reference"]
+    twins = {name: records.get(name, {}) for name in ("legit", "float64", "plain")}
+    raised = [candidate_raised(sides[0].failure)] if sides[0].failure else []
+    y_r = ref[("one step", "", "output")]
+    y_c = cand.get(("one step", "", "output"), y_r)
     tols = tolerances if tolerances is not None else recipe_tols(recipe, y_r.dtype)
     floor = sqnr_floor_db if sqnr_floor_db is not None else (20.0 if recipe is not None else 40.0)
-
-    reference_params = dict(reference.named_parameters())
-    candidate_params = dict(candidate.named_parameters())
-    tensors = [("output", y_c, y_r)]
-    tensors += [(f"input[{i}].grad", a, b) for i, (a, b) in enumerate(zip(grads_c, grads_r))
-                if a is not None or b is not None]
-    tensors += [(f"{name}.grad", p.grad, reference_params[name].grad) for name, p in candidate_params.items()]
-    if twins is not None:
-        twins.run(inputs, grad_output, reference_context)
-        output_floor = floor if sqnr_floor_db is not None else min(floor, twins.legit_sqnr(y_r) - 12.0)
-        results = [_judge_optional(name, a, b, twins, recipe is not None) for name, a, b in tensors]
-        results.insert(1, compare_tensors("output (SQNR)", y_c, y_r, tier="sqnr", sqnr_floor_db=output_floor))
-        check = dict(tols, tier="tolerance")  # recipe state fed by unequal tensors
-    else:
-        check = {"tolerance": dict(tols, tier="tolerance"), "sqnr": dict(tier="sqnr", sqnr_floor_db=floor),
-                 "exact": dict(tier="exact")}[tier]
-        results = [_compare_optional(name, a, b, check) for name, a, b in tensors]
-        results.insert(1, compare_tensors("output (SQNR)", y_c, y_r, tier="sqnr", sqnr_floor_db=floor))
-        output_floor = floor
-    for name, p in candidate_params.items():
-        q = reference_params[name]
-        if isinstance(p, QuantizedTensor) and isinstance(q, QuantizedTensor):
-            results.extend(compare_quantized(name, p, q))
-    quantized_operands = operands.reference_operands(reference, seen)
-    unequal_sources: list[str] = []
-    if exposes:
-        results.extend(operands.compare_operands(getattr(candidate, operands.HOOK)(), quantized_operands))
-    else:  # a refops candidate (another backend, another build) exposes its operands by being refops
-        # Bytes must agree only where both sides quantized bit-identical tensors: the model's input,
-        # the weights, the output grad. Downstream of a GEMM the sources differ within its tolerance.
-        own = operands.reference_operands(candidate, seen_c, deterministic_only=True)
-        sources_c, sources_r = operands.operand_sources(candidate, seen_c), operands.operand_sources(reference, seen)
-        own = {name: t for name, t in own.items() if name in quantized_operands}
-        unequal_sources = sorted(n for n in own if not operands.same_source(sources_c.get(n), sources_r.get(n)))
-        own = {name: t for name, t in own.items() if name not in unequal_sources}
-        exposes = bool(own)
-        results.extend(operands.compare_operands(own, quantized_operands))
-    states_c, states_r = recipe_states(candidate), recipe_states(reference)
-    inexact_slots = slots_fed_by_unequal_sources(candidate, reference, seen_c, seen) if not exposes_hook else {}
-    state_check = check if check["tier"] != "exact" else dict(tols, tier="tolerance")
-    for key in sorted(set(states_c) & set(states_r)):
-        results.extend(compare_state(key, states_c[key], states_r[key], inexact_slots.get(key, ()), state_check))
-    tiers = _tiers(results, candidate, recipe, tier, tols, output_floor, exposes, sorted(quantized_operands),
-                   states_c, states_r, twins)
-    if unequal_sources:
-        bytes_tier = tiers[0]
+    if tier == "numerics" and sqnr_floor_db is None:
+        legit_y = twins["legit"].get(("one step", "", "output"))
+        floor = min(floor, (sqnr_db(legit_y, y_r) if legit_y is not None else math.inf) - 12.0)
+    check = {"tolerance": dict(tols, tier="tolerance"), "sqnr": dict(tier="sqnr", sqnr_floor_db=floor),
+             "exact": dict(tier="exact"), "numerics": dict(tols, tier="tolerance")}[tier]
+    values = _judge_all(cand, ref, twins, tier, check, recipe is not None, stopped=bool(raised))
+    sqnr = dataclasses.replace(compare_tensors("output (SQNR)", y_c, y_r, tier="sqnr", sqnr_floor_db=floor),
+                               kind="value", scenario="one step")
+    results = values[:1] + [sqnr] + values[1:] + raised + results
+    results += first.comparisons(check if tier != "exact" else dict(tols, tier="tolerance"))
+    results += check_quantized_parameters(candidate, "after the script")
+    not_run: list[str] = []
+    if metamorphic and ("one step", "", "output") in cand:
+        dy = grad_output if grad_output is not None else default_grad(y_c.shape, y_c.dtype, y_c.device)
+        first_step = {k: v for k, v in cand.items() if k[0] == "one step"}
+        checks, not_run = run_metamorphic(snapshot, candidate_context, inputs, dy, first_step, seed, recipe)
+        results += checks
+    quantized_params = [n for n, p in candidate.named_parameters() if isinstance(p, QuantizedTensor)]
+    tiers = describe_tiers(results, recipe=recipe, tier=tier, tols=tols, floor=floor, exposes=first.exposes,
+                           quantized_params=quantized_params, copied=copy_parameters,
+                           reference_operands=sorted(first.reference_operands), has_states=bool(first.states_r),
+                           twin_problems=twin_problems, scenarios=("one step",) + tuple(
+                               s for s in scenarios if s != "one step"),
+                           metamorphic_not_run=not_run, metamorphic=metamorphic)
+    if first.unequal_sources:
+        bytes_tier = next(t for t in tiers if t.tier == "bytes (exact)")
         why = (f"{bytes_tier.why}; not compared byte for byte, because the two sides quantized different "
-               f"high-precision tensors (downstream of an inexact op): {', '.join(unequal_sources)}")
-        tiers[0] = TierRun(bytes_tier.tier, bytes_tier.ran, bytes_tier.count, why)
+               f"high-precision tensors (downstream of an inexact op): {', '.join(first.unequal_sources)}")
+        tiers[tiers.index(bytes_tier)] = TierRun(bytes_tier.tier, bytes_tier.ran, bytes_tier.count, why)
     return ComparisonReport(results, tiers)
 
 
-class _Twins:
-    """The reference's float64 twin, its legitimately different twin and (under a recipe) its unquantized twin,
-    copied before the reference runs (same parameters, same recipe state) and run on the same inputs and grad."""
+def _judge_all(cand, ref, twins, tier, check, quantized, *, stopped: bool) -> list[TensorComparison]:
+    """Every recorded tensor of the candidate against the reference's, in the script's order (``stopped``: the
+    candidate raised and left the script, so the reference's later tensors have no counterpart to judge)."""
+    out = []
+    for key in list(cand) + [k for k in ref if k not in cand and not stopped]:
+        a, b = cand.get(key), ref.get(key)
+        if a is None or b is None:
+            out.append(missing(key, "the candidate" if a is None else "the reference", tier))
+        elif tier == "numerics":
+            out.append(judge_numerics(key, a, b, twins["legit"].get(key), twins["float64"].get(key),
+                                      twins["plain"].get(key), quantized=quantized))
+        else:
+            out.append(judge_by_tier(key, a, b, check))
+    return out
 
-    def __init__(self, reference: torch.nn.Module, recipe: Optional[Recipe]) -> None:
-        self.problems: list[str] = []
-        self.legit_module = copy.deepcopy(reference)
-        self.high_module = self._try("the float64 twin could not be built", lambda: float64_twin(reference))
-        self.plain_module = None
-        if recipe is not None:
-            self.plain_module = self._try("the unquantized twin could not be built", lambda: _plain_twin(reference))
-        self.legit: dict[str, torch.Tensor] = {}
-        self.high: dict[str, torch.Tensor] = {}
-        self.plain: dict[str, torch.Tensor] = {}
 
-    def _try(self, what: str, fn: Callable[[], Any]) -> Any:
+def _twin_sides(reference, recipe, reference_context, problems) -> list[Side]:
+    """The reference's twins, copied before the reference runs: same parameters, same recipe state."""
+    def attempt(what, build):
         try:
-            return fn()
+            return build()
         except Exception as error:  # noqa: BLE001 - the report says what could not be done
-            self.problems.append(f"{what}: {type(error).__name__}: {error}")
+            problems.append(f"{what}: {type(error).__name__}: {error}")
             return None
 
-    def run(self, inputs, grad_output, reference_context) -> None:
-        self.legit = self._try("the legitimately different twin failed", lambda: _run_named(
-            self.legit_module, inputs, grad_output, legit_context(reference_context)())) or {}
-        if self.high_module is not None:
-            xs = [x.double() if x.is_floating_point() else x for x in inputs]
-            self.high = self._try("the float64 twin failed", lambda: run_float64(
-                self.high_module, lambda ctx: _run_named(self.high_module, xs, grad_output.double(), ctx))) or {}
-        if self.plain_module is not None:
-            self.plain = self._try("the unquantized twin failed", lambda: _run_named(
-                self.plain_module, inputs, grad_output, autocast(enabled=False))) or {}
-
-    def legit_sqnr(self, y_r: torch.Tensor) -> float:
-        legit = self.legit.get("output")
-        return sqnr_db(legit, y_r) if legit is not None else math.inf
+    sides = [Side("legit", deepcopy_module(reference), legit_context(reference_context), optional=True)]
+    high = attempt("the float64 twin could not be built", lambda: float64_twin(reference))
+    if high is not None:
+        carry_parameter_attributes(reference, high, dtype=torch.float64)
+    if high is not None:
+        sides.append(Side("float64", high, float64_context, prepare=_as_double, optional=True))
+    if recipe is not None:
+        plain = attempt("the unquantized twin could not be built", lambda: _plain_twin(reference))
+        if plain is not None:
+            carry_parameter_attributes(reference, plain)
+            sides.append(Side("plain", plain, lambda: autocast(enabled=False), optional=True))
+    return sides
 
 
-def _plain_twin(module: torch.nn.Module) -> torch.nn.Module:
-    """A copy of ``module`` with every quantized parameter dequantized (run without a recipe)."""
-    twin = copy.deepcopy(module)
-    for sub in twin.modules():
-        for name, p in list(sub.named_parameters(recurse=False)):
-            if isinstance(p, QuantizedTensor):
-                values = p.dequantize(dtype=p.dtype if p.dtype.is_floating_point else torch.float32)
-                setattr(sub, name, torch.nn.Parameter(values.detach().clone(), requires_grad=p.requires_grad))
-    return twin
+def _as_double(t: torch.Tensor) -> torch.Tensor:
+    return t.double() if t.is_floating_point() else t
 
 
-def _run_named(module, inputs, grad_output, context) -> dict[str, torch.Tensor]:
-    """``{"output", "input[i].grad", "<param>.grad"}`` of one forward and backward."""
-    y, grads = _run(module, inputs, grad_output, context)
-    named = {"output": y}
-    named.update({f"input[{i}].grad": g for i, g in enumerate(grads) if g is not None})
-    named.update({f"{n}.grad": p.grad for n, p in module.named_parameters() if p.grad is not None})
-    return named
-
-
-def _judge_optional(name, a, b, twins: "_Twins", quantized: bool) -> TensorComparison:
-    if a is None or b is None:
-        present = torch.zeros(1)
-        return compare_tensors(f"{name} (None on one side)", present, present + 1, tier="exact")
-    legit = twins.legit.get(name)
-    high = twins.high.get(name)
-    if legit is None or tuple(legit.shape) != tuple(b.shape):
-        # No legitimately different run: the reference's own distance to float64 stands in for its spread.
-        legit = 2 * _as_f64(b) - high.double().cpu() if high is not None else b
-    return numerics.judge(name, a, b, legit, high, quantized=quantized, unquantized=twins.plain.get(name))
-
-
-def _as_f64(t: torch.Tensor) -> torch.Tensor:
-    return (t.dequantize() if isinstance(t, QuantizedTensor) else t).detach().double()
-
-
-def _tiers(results, candidate, recipe, tier, tols, floor, exposes, reference_operands, states_c, states_r,
-           twins) -> list[TierRun]:
-    """What each tier compared, or why it did not run: the limits of a passing report, stated."""
-    exact = [c for c in results if c.tier == "exact"]
-    state = [c for c in exact if c.name.endswith((".scale", ".amax_history"))]
-    byte_checks = [c for c in exact if c not in state and "(None on one side)" not in c.name
-                   and (c.name.startswith("operand ") or "[" in c.name)]
-    quantized_params = [n for n, p in candidate.named_parameters() if isinstance(p, QuantizedTensor)]
-    if byte_checks:
-        sources = (["quantized parameters"] if quantized_params else []) + (["the quantized operands"] if exposes else [])
-        bytes_why = f"bit-exact data and scales of {' and '.join(sources) or 'quantized tensors'}"
-    elif recipe is None:
-        bytes_why = "no recipe: nothing is quantized"
-    else:
-        made = ", ".join(reference_operands) or "none"
-        bytes_why = (
-            "the candidate holds no QuantizedTensor parameters and exposes no quantized operands "
-            f"(define {operands.HOOK}(); the reference quantized: {made}), so no quantized byte was compared "
-            "and a quantization bug within the tolerance passes: check the candidate's quantizer with "
-            "refops.testing.check_quantizer"
-        )
-    if state:
-        state_why = "delayed-scaling scale and amax history of both sides"
-        if any("fed by unequal tensors" in c.name for c in results):
-            state_why += ("; the slots of quantizers that saw different tensors on the two sides are held to the "
-                          "outputs' criterion instead (named '[slots ..., fed by unequal tensors]')")
-    elif not states_r:
-        state_why = "the recipe keeps no delayed-scaling state" if recipe is not None else "no recipe"
-    else:
-        state_why = "the candidate has no refops delayed-scaling state to compare"
-    judged = [c for c in results if c.tier == "numerics"]
-    if tier == "numerics":
-        num_why = ("outputs and grads against the reference, each within 4x the distance of a legitimately different "
-                   "implementation of it (another summation order, TF32 for fp32 GEMMs, FP8 fast accumulation, one "
-                   "rounding instead of two) and element-wise within 12x that deviation's row x column profile; "
-                   "each side's distance to a float64 twin reported")
-        if twins is not None and twins.problems:
-            num_why += "; " + "; ".join(twins.problems)
-    else:
-        num_why = f"tier={tier!r} was asked"
-    tolerance = [c for c in results if c.tier == "tolerance"]
-    if tier == "tolerance":
-        tol_why = f"outputs and grads element-wise, rtol={tols['rtol']:g}, atol={tols['atol']:g}"
-    elif tolerance:
-        tol_why = f"recipe state fed by unequal tensors, rtol={tols['rtol']:g}, atol={tols['atol']:g}"
-    else:
-        tol_why = f"tier={tier!r} was asked: outputs and grads are judged by it instead"
-    sqnr = [c for c in results if c.tier == "sqnr"]
-    values = [c for c in exact if c not in state and c not in byte_checks]
-    return [
-        TierRun("bytes (exact)", bool(byte_checks), len(byte_checks), bytes_why),
-        TierRun("recipe state (exact)", bool(state), len(state), state_why),
-        TierRun("numerics", bool(judged), len(judged), num_why),
-        TierRun("tolerance", bool(tolerance), len(tolerance), tol_why),
-        TierRun("SQNR", bool(sqnr), len(sqnr), f"whole-tensor floor {floor:g} dB"
-                + (" (outputs and grads)" if tier == "sqnr" else " (the output)")),
-        TierRun("values (exact)", tier == "exact", len(values) if tier == "exact" else 0,
-                "outputs and grads bit for bit" if tier == "exact" else f"tier={tier!r} was asked"),
-    ]
-
-
-def _compare_optional(name, a, b, check) -> TensorComparison:
-    if a is None or b is None:
-        present = torch.zeros(1)
-        return compare_tensors(f"{name} (None on one side)", present, present + 1, tier="exact")
-    result = compare_tensors(name, a, b, **check)
-    return dataclasses.replace(result, bit_identical_share=numerics.bit_identical_share(a, b))
+def _deepcopy_or_none(module: torch.nn.Module) -> Optional[torch.nn.Module]:
+    try:
+        return deepcopy_module(module)
+    except Exception:  # noqa: BLE001 - the metamorphic tier reports that it could not run
+        return None
 
 
 def compare_backends(

@@ -22,7 +22,7 @@ from ...kernels.reference.gemm_hopper import round_to_tf32
 from ...kernels.reference.gemm_operands import dequantize_gemm_operands
 from ...quantization.quantized_tensor import QuantizedTensor
 
-__all__ = ["LegitNumericsKernels", "Float64Kernels", "float64_twin", "run_float64", "legit_context",
+__all__ = ["LegitNumericsKernels", "Float64Kernels", "float64_twin", "float64_context", "run_float64", "legit_context",
            "truncate_mantissa", "round_to_tf32"]
 
 
@@ -145,6 +145,15 @@ def run_float64(module: torch.nn.Module, run: Callable[[ContextManager[Any]], An
             yield
 
     return run(context())
+
+
+@contextlib.contextmanager
+def float64_context() -> Iterator[None]:
+    """The context in which refops computes in float64 without quantization (the float64 twin runs in it)."""
+    from ...quantization.state import autocast
+
+    with _float64_allowed(), autocast(enabled=False):
+        yield
 
 
 def legit_context(reference_context: Callable[[], ContextManager[Any]]) -> Callable[[], ContextManager[Any]]:

@@ -1,0 +1,119 @@
+"""Checks that need no reference: relations the candidate's own runs must keep, bit for bit.
+
+Each runs a fresh copy of the candidate (a ``deepcopy`` taken before the training script) through the first
+step of the script, from the same generator state, and compares it with the candidate's own first step:
+
+* ``"same inputs twice"``: the same inputs give the same bits (no stale state, no uninitialized memory read);
+* ``"non-contiguous input"`` / ``"input with a storage offset"``: the same values in another layout give the
+  same bits (a kernel that reads its input's memory without its strides, or from the storage's start, does
+  not);
+* ``"dy x 2^3"``: under a recipe whose scales follow the tensor (none, per-tensor current scaling, MXFP8, FP8
+  blocks), an output grad scaled by a power of two scales every grad by exactly that power with the same
+  codes (elements that are subnormal in their dtype excepted); a grad cast with a scale that is not its own
+  breaks it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, ContextManager, Optional, Sequence
+
+import torch
+
+from ...recipe import Float8BlockScaling, Float8CurrentScaling, MXFP8BlockScaling, Recipe
+from ..tensor_report import TensorComparison, compare_tensors
+from .scenarios import Key
+from .sides import Side, deepcopy_module
+
+__all__ = ["METAMORPHIC_CHECKS", "run_metamorphic"]
+
+METAMORPHIC_CHECKS = ("same inputs twice", "non-contiguous input", "input with a storage offset", "dy x 2^3")
+GRAD_POWER = 3
+
+_WHY = {
+    "same inputs twice": "the candidate's {t} differs between two runs of the same inputs from the same state: it "
+                         "reads state or memory the inputs do not determine",
+    "non-contiguous input": "the candidate's {t} differs when the input holds the same values in a non-contiguous "
+                            "layout: it reads the input's memory as if it were contiguous",
+    "input with a storage offset": "the candidate's {t} differs when the input starts partway into its storage: it "
+                                   "reads from the storage's start",
+    "dy x 2^3": "scaling the output grad by 2^3 did not scale the candidate's {t} by exactly 2^3: a grad quantized "
+                "with a scale that is not its own (stale, or another tensor's)",
+}
+
+
+def _non_contiguous(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() >= 2:
+        return x.transpose(0, -1).contiguous().transpose(0, -1)
+    return x
+
+
+def _offset(x: Any) -> Any:
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.numel():
+        backing = torch.empty(x.numel() + 3, dtype=x.dtype, device=x.device)
+        return backing[3:].view(x.shape).copy_(x)
+    return x
+
+
+def _scales_follow_the_tensor(recipe: Optional[Recipe]) -> bool:
+    return recipe is None or isinstance(recipe, (Float8CurrentScaling, MXFP8BlockScaling, Float8BlockScaling))
+
+
+def run_metamorphic(snapshot: Optional[torch.nn.Module], context: Callable[[], ContextManager[Any]],
+                    inputs: Sequence[Any], dy: torch.Tensor, first_step: dict[Key, torch.Tensor], seed: int,
+                    recipe: Optional[Recipe]) -> tuple[list[TensorComparison], list[str]]:
+    """The comparisons of every check that applies, and a line for each that could not run, with the reason."""
+    if snapshot is None:
+        return [], ["the candidate could not be deep-copied, so no metamorphic check ran"]
+    not_run = []
+    checks: dict[str, tuple[list[Any], float]] = {"same inputs twice": (list(inputs), 1.0)}
+    if any(_non_contiguous(x) is not x for x in inputs):
+        checks["non-contiguous input"] = ([_non_contiguous(x) for x in inputs], 1.0)
+    else:
+        not_run.append("non-contiguous input: no floating input of two or more dims")
+    checks["input with a storage offset"] = ([_offset(x) for x in inputs], 1.0)
+    if _scales_follow_the_tensor(recipe):
+        checks["dy x 2^3"] = (list(inputs), 2.0 ** GRAD_POWER)
+    else:
+        not_run.append(f"dy x 2^3: {type(recipe).__name__}'s scales do not follow the tensor alone")
+    out = []
+    for check, (xs, factor) in checks.items():
+        try:
+            got = _first_step(snapshot, context, xs, (dy.double() * factor).to(dy.dtype), seed)
+        except Exception as error:  # noqa: BLE001 - the check could not run: say so, do not guess
+            not_run.append(f"{check}: the candidate's rerun raised {type(error).__name__}: {error}")
+            continue
+        for tensor, expected in ((k[2], v) for k, v in first_step.items()):
+            if tensor not in got:
+                continue
+            scale = 1.0 if tensor == "output" else factor
+            out.append(_exactly(check, tensor, got[tensor], expected, scale))
+    return out, not_run
+
+
+def _first_step(snapshot: torch.nn.Module, context: Callable[[], ContextManager[Any]], inputs: Sequence[Any],
+                dy: torch.Tensor, seed: int) -> dict[str, torch.Tensor]:
+    """The script's first step, rerun on a fresh copy of the candidate from the same generator state."""
+    side = Side("candidate", deepcopy_module(snapshot), context)
+    torch.manual_seed(seed + 1)
+    side.clear_grads()
+    y, _ = side.forward(inputs)
+    grads = side.backward(dy)
+    side.done()
+    got = {"output": y.detach()}
+    got.update({f"input[{i}].grad": g for i, g in enumerate(grads) if g is not None})
+    got.update({(n if n.endswith(".main_grad") else f"{n}.grad"): g for n, g in side.parameter_grads().items()
+                if g is not None})
+    return got
+
+
+def _exactly(check: str, tensor: str, got: torch.Tensor, expected: torch.Tensor, scale: float) -> TensorComparison:
+    a, e = got.detach().double().cpu(), expected.detach().double().cpu() * scale
+    if scale != 1.0 and expected.is_floating_point():
+        # Subnormals of the dtype round differently once scaled: compare the normal elements only.
+        normal = expected.detach().abs().cpu() >= torch.finfo(expected.dtype).tiny
+        a, e = torch.where(normal, a, 0.0), torch.where(normal, e, 0.0)
+    result = compare_tensors(f"{check}: {tensor}", a, e, tier="exact")
+    return dataclasses.replace(result, tier="metamorphic", criterion=f"bit for bit with the candidate's own first "
+                               f"step{'' if scale == 1.0 else f' x {scale:g}'}",
+                               why="" if result.passed else "why: " + _WHY[check].format(t=tensor))

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
+from ...quantization import Float8Tensor
 from ...quantization.quantized_tensor import QuantizedTensor
 from . import quantized_operands as operands
 from .exact_state import compare_quantized, compare_state, recipe_states, slots_fed_by_unequal_sources
@@ -39,18 +40,32 @@ def give_candidate_values(candidate: torch.nn.Module, reference: torch.nn.Module
                 raise ValueError(f"compare_modules: reference parameter {name!r} is on meta; materialize it first")
             values = values_of(source)
             if isinstance(target, QuantizedTensor):
-                _quantize_keeping_amax(target, values.to(target.device))
+                if torch.equal(target.dequantize(), values.to(device=target.device, dtype=target.dtype)):
+                    continue  # the reference already holds these values, quantized by itself
+                _quantize_keeping_amax(target, values.to(target.device), source)
             else:
                 target.copy_(values.to(dtype=target.dtype, device=target.device))
 
 
-def _quantize_keeping_amax(target: QuantizedTensor, values: torch.Tensor) -> None:
+def _quantize_keeping_amax(target: QuantizedTensor, values: torch.Tensor, source: torch.Tensor) -> None:
     quantizer = target.quantizer
     amax = getattr(quantizer, "amax", None)
     saved = amax.clone() if isinstance(amax, torch.Tensor) else None
     target.quantize_(values)
     if saved is not None:
         quantizer.amax.copy_(saved)
+    if isinstance(target, Float8Tensor) and isinstance(source, Float8Tensor) and not torch.equal(
+            target.dequantize(), values.to(target.dtype)):
+        # Re-quantized with another scale than the candidate's (delayed scaling's scale moved since the weight was
+        # cast), the values are not the candidate's: take its codes and scale_inv (what its values are), and let
+        # the reference derive the transpose from them, so that a stale transpose is still not taken over.
+        arrays, _ = source.to_plain_tensors()
+        data = arrays["data"].to(target.device)
+        fresh = {"data": data, "fp8_scale_inv": arrays["fp8_scale_inv"].to(target.device)}
+        if target.has_usage("columnwise"):
+            fresh["data_transpose"] = data.reshape(-1, data.shape[-1]).t().contiguous().reshape(
+                target._transpose.shape)
+        target._overwrite_arrays(fresh)
 
 
 def plain_twin(module: torch.nn.Module) -> torch.nn.Module:

@@ -64,7 +64,9 @@ def judge_numerics(key: Key, candidate: torch.Tensor, reference: torch.Tensor, l
     if legit is None or tuple(legit.shape) != tuple(reference.shape):
         # No legitimately different run: the reference's own distance to float64 stands in for its spread.
         legit = 2 * _as_f64(reference) - high.double().cpu() if high is not None else reference
-    result = numerics.judge(key[2], candidate, reference, legit, high, quantized=quantized, unquantized=unquantized)
+    after_an_update = key[0] == "training" and key[1] != "step 1"
+    result = numerics.judge(key[2], candidate, reference, legit, high, quantized=quantized, unquantized=unquantized,
+                            mean_shift=not after_an_update)
     return _located(result, key)
 
 

@@ -9,6 +9,8 @@ cleared ``.grad``\\ s. The scenarios, in the order they run (:data:`SCENARIOS`):
   Its tensors keep their plain names (``"output"``, ``"input[0].grad"``, ``"1.weight.grad"``);
 * ``"grad scales"``: output grads of realistic magnitudes, far from unit scale (2^-24 and 2^8; 2^-12 and
   2^4 for fp16 outputs): a grad cast with a stale or unit scale underflows or saturates;
+* ``"input layouts"``: the same values non-contiguous (a transposed-back view) and starting partway into
+  their storage: a kernel that reads its input's memory as contiguous, or from the storage's start, shows;
 * ``"row-spread input"``: the inputs' rows scaled by powers of two from 2^-8 to 2^8, so that a row-wise and
   a column-wise quantization of them differ (a GEMM that reads the wrong copy shows);
 * ``"microbatches"``: forward 1, forward 2 (other values, another amax), backward 1, backward 2, the
@@ -33,7 +35,7 @@ from .sides import Side, values_of
 __all__ = ["SCENARIOS", "DEFAULT_GRAD_SEED", "Key", "default_grad", "run_script", "second_microbatch"]
 
 #: The scenarios ``compare_modules`` runs by default, in order.
-SCENARIOS = ("one step", "grad scales", "row-spread input", "microbatches", "training")
+SCENARIOS = ("one step", "grad scales", "input layouts", "row-spread input", "microbatches", "training")
 
 #: The seed of the default output grad: zero-mean standard normal, the same on every call.
 DEFAULT_GRAD_SEED = 20251205
@@ -74,6 +76,21 @@ def row_spread(inputs: Sequence[Any]) -> list[Any]:
             x = (x.reshape(rows, -1) * powers[:, None]).reshape(x.shape)
         out.append(x)
     return out
+
+
+def non_contiguous(x: Any) -> Any:
+    """The same values in a non-contiguous layout (the last dim strided), where the tensor has two or more dims."""
+    if _floating(x) and x.dim() >= 2:
+        return x.transpose(0, -1).contiguous().transpose(0, -1)
+    return x
+
+
+def with_storage_offset(x: Any) -> Any:
+    """The same values starting three elements into their storage."""
+    if _floating(x) and x.numel():
+        backing = torch.zeros(x.numel() + 3, dtype=x.dtype, device=x.device)
+        return backing[3:].view(x.shape).copy_(x)
+    return x
 
 
 def _floating(x: Any) -> bool:
@@ -157,6 +174,12 @@ def _grad_scales(script: _Script) -> None:
                                 magnitude=magnitude)
 
 
+def _input_layouts(script: _Script) -> None:
+    if any(non_contiguous(x) is not x for x in script.inputs):
+        script.forward_backward("input layouts", "non-contiguous", [non_contiguous(x) for x in script.inputs])
+    script.forward_backward("input layouts", "storage offset", [with_storage_offset(x) for x in script.inputs])
+
+
 def _row_spread(script: _Script) -> None:
     script.forward_backward("row-spread input", "", row_spread(script.inputs))
 
@@ -215,7 +238,8 @@ def _rates(reference: Side) -> dict[str, float]:
     return rates
 
 
-_RUNNERS = {"one step": _one_step, "grad scales": _grad_scales, "row-spread input": _row_spread,
+_RUNNERS = {"one step": _one_step, "grad scales": _grad_scales, "input layouts": _input_layouts,
+            "row-spread input": _row_spread,
             "microbatches": _microbatches, "training": _training}
 
 

@@ -30,6 +30,10 @@ __all__ = ["add_parser", "CASES", "run_matrix"]
 
 H = 128  # every block size divides it
 
+#: The matrix checks kernels, one fresh step each: the training scenarios and metamorphic checks are the module
+#: oracle's (``compare_modules``' defaults), not this differential check's.
+ONE_STEP = {"scenarios": ("one step",), "metamorphic": False}
+
 
 def _mlp(device, dtype):
     return ops.Sequential(
@@ -143,8 +147,10 @@ def _run_case(op: str, recipe_name: Optional[str], dtype: torch.dtype, device: t
             # of a quantization step, which the next ops carry into the weight grads: the pipeline is held
             # to an SQNR floor, as tests/fastpath's pipeline suite holds it (the quantized bytes of the
             # input and the weights are still compared exactly).
-            return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="sqnr")
-        return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="tolerance")
+            return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="sqnr",
+                                    **ONE_STEP)
+        return compare_backends(lambda d: build(d, dtype), (x,), recipe=recipe, tier="tolerance",
+                                **ONE_STEP)
     x = _qdq_input(x, recipe)
     candidate = build(device, dtype)
     with torch.no_grad(), autocast(enabled=recipe is not None, recipe=recipe):
@@ -152,13 +158,14 @@ def _run_case(op: str, recipe_name: Optional[str], dtype: torch.dtype, device: t
     if recipe is None:
         return compare_modules(
             candidate, _float64_twin(build64(device), dtype), (x,), tolerances=LOOSE_TOLS if pipeline else None,
-            tier="tolerance",
+            tier="tolerance", **ONE_STEP,
         )
     # Quantized against float64: element-wise tolerances say little about small elements, so
     # every output and grad must clear an SQNR floor (torchao's style; NVFP4 has 4-bit noise).
     floor = 10.0 if recipe_name.startswith("nvfp4") else 18.0
     return compare_modules(
-        candidate, _float64_twin(build64(device), dtype), (x,), recipe=recipe, tier="sqnr", sqnr_floor_db=floor
+        candidate, _float64_twin(build64(device), dtype), (x,), recipe=recipe, tier="sqnr", sqnr_floor_db=floor,
+        **ONE_STEP,
     )
 
 

@@ -86,4 +86,4 @@ def _bounded(label: str, rows: torch.Tensor, cols: torch.Tensor, bound: torch.Te
 
 
 def _as_consistency(result: TensorComparison, why: str) -> TensorComparison:
-    return dataclasses.replace(result, tier="consistency", why="" if result.passed else why)
+    return dataclasses.replace(result, tier="consistency", kind="consistency", why="" if result.passed else why)

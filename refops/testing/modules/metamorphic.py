@@ -93,6 +93,6 @@ def _exactly(check: str, tensor: str, got: torch.Tensor, expected: torch.Tensor,
         normal = expected.detach().abs().cpu() >= torch.finfo(expected.dtype).tiny
         a, e = torch.where(normal, a, 0.0), torch.where(normal, e, 0.0)
     result = compare_tensors(f"{check}: {tensor}", a, e, tier="exact")
-    return dataclasses.replace(result, tier="metamorphic", criterion=f"bit for bit with the candidate's own first "
+    return dataclasses.replace(result, tier="metamorphic", kind="metamorphic", criterion=f"bit for bit with the candidate's own first "
                                f"step{'' if scale == 1.0 else f' x {scale:g}'}",
                                why="" if result.passed else "why: " + _WHY[check].format(t=tensor))

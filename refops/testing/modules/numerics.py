@@ -134,7 +134,9 @@ def _mean_shift(name: str, d: torch.Tensor, ref: torch.Tensor, high: torch.Tenso
     if energy > 0:
         gain = max(-GAIN_LIMIT, min(GAIN_LIMIT, float((d * r).sum().item()) / energy))
         d = d - gain * r
-    rows = d.shape[0]
+    # Rows are samples only where they differ: an output grad with equal rows (y.sum()'s all-ones) makes every row of
+    # the input grad the same, one sample repeated, whose offset says nothing about a bias. Count distinct rows.
+    rows = min(d.shape[0], int(torch.unique(_matrix(ref), dim=0).shape[0]))
     if rows < 16 or not bool(d.any()):
         return ""
     floor = max(eps, SHIFT_FLOOR) * float(h.square().mean().sqrt().item())

@@ -255,3 +255,13 @@ def test_bench_vs_te_sides_run_on_cpu_with_the_reference():
         assert bench.compare_bytes({str(i): t for i, t in enumerate(ours)},
                                    {str(i): t.reshape(ours[i].shape) for i, t in enumerate(theirs)}) == (True, ""), \
             recipe
+
+
+def test_the_oracle_budget_benchmark_writes_one_row_per_recipe(tmp_path):
+    out = tmp_path / "oracle.md"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_oracle.py"), "--repeat", "1",
+                           "--out", str(out)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "recipe" not in line]
+    assert [r.split(" | ")[0].lstrip("| ") for r in rows] == ["none", *__import__("refops.testing").testing.RECIPE_NAMES]
+    assert all(" | True | " in r for r in rows)  # every report ok: refops against itself

@@ -102,11 +102,25 @@ def compare_modules(
     """
     validate_arguments(candidate, reference, inputs, tier, grad_output, scenarios, metamorphic)
     devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
-    with torch.random.fork_rng(devices=devices):
+    with torch.random.fork_rng(devices=devices), _parameters_restored(candidate), _parameters_restored(reference):
         return _compare(candidate, reference, list(inputs), recipe=recipe, candidate_context=candidate_context,
                         reference_context=reference_context, grad_output=grad_output,
                         copy_parameters=copy_parameters, sqnr_floor_db=sqnr_floor_db, tolerances=tolerances,
                         tier=tier, scenarios=tuple(scenarios), metamorphic=metamorphic, seed=seed)
+
+
+@contextlib.contextmanager
+def _parameters_restored(module: torch.nn.Module):
+    """The module's parameter values (in place, the same objects) and grads as they were, after the script's
+    optimizer steps; recipe state (delayed scaling's amax history) has advanced, as after any run."""
+    saved = {name: (p, p.detach().clone(), p.grad) for name, p in module.named_parameters()}
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for p, values, grad in saved.values():
+                p.copy_(values)
+                p.grad = grad
 
 
 def _compare(candidate, reference, inputs, *, recipe, candidate_context, reference_context, grad_output,

@@ -42,8 +42,8 @@ def check_quantized_parameters(module: torch.nn.Module, when: str) -> list[Tenso
         if getattr(p.quantizer, "with_rht", False):
             continue  # the column-wise copy is of the Hadamard-transformed values: no element-wise relation
         label = f"{name} usages agree ({when})"
-        rows = p.dequantize(dtype=torch.float32, usage="rowwise").double()
-        cols = p.dequantize(dtype=torch.float32, usage="columnwise").double()
+        rows = p.dequantize(dtype=torch.float32, usage="rowwise").detach().double()
+        cols = p.dequantize(dtype=torch.float32, usage="columnwise").detach().double()
         if isinstance(p, Float8Tensor):
             result = compare_tensors(label, cols, rows, tier="exact")
             why = ("why: the column-wise copy is not the transpose of the row-wise bytes: one of them is stale "

@@ -441,7 +441,8 @@ def test_lifecycle_case_forward_runs_inside_te_autocast_also_in_a_deep_copy(monk
 def test_refops_as_te_holds_the_lifecycle_contract(monkeypatch):
     install_refops_as_te(monkeypatch)
     case = lifecycle_cases(make_recipe("fp8_current_scaling"), quantized_init=True, ops=("Linear",))[0]
-    report = check_lifecycle(case.factory, inputs=case.inputs, device=CPU, lazy=True)
+    report = check_lifecycle(case.factory, inputs=case.inputs, device=CPU, materializes_through_reset_parameters=True,
+                             materializes_at_first_forward=True)
     report.assert_ok()
     assert report.subject == "Linear"
 

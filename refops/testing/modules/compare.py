@@ -102,6 +102,8 @@ def compare_modules(
     """
     validate_arguments(candidate, reference, inputs, tier, grad_output, scenarios, metamorphic)
     devices = sorted({x.device.index or 0 for x in inputs if isinstance(x, torch.Tensor) and x.is_cuda})
+    if copy_parameters:  # before the snapshot: the reference keeps the candidate's values after the call
+        give_candidate_values(candidate, reference)
     with torch.random.fork_rng(devices=devices), _parameters_restored(candidate), _parameters_restored(reference):
         return _compare(candidate, reference, list(inputs), recipe=recipe, candidate_context=candidate_context,
                         reference_context=reference_context, grad_output=grad_output,
@@ -130,8 +132,6 @@ def _compare(candidate, reference, inputs, *, recipe, candidate_context, referen
 
     candidate_context = candidate_context or default_context
     reference_context = reference_context or default_context
-    if copy_parameters:
-        give_candidate_values(candidate, reference)
     results: list[TensorComparison] = check_quantized_parameters(candidate, "before the script")
     snapshot = _deepcopy_or_none(candidate) if metamorphic else None
     sides = [Side("candidate", candidate, candidate_context), Side("reference", reference, reference_context)]

@@ -7,9 +7,6 @@ the entry here and regenerate the table (``python3 -m tests.recall --write-docs`
 
 #: case name -> why the oracle does not catch the bug
 MISSED_BUGS: dict[str, str] = {
-    "e8m0_scale_from_float_log2":
-        "no case puts a block amax where RN(amax/448) lies an ulp above a power of two, where float "
-        "log2 rounds onto the integer and the E8M0 round-up is lost (the ties case targets E4M3 code midpoints)",
     "norm_fused_amax_before_output_rounding":
         "an opaque candidate exposes no quantized operands, and a scale one ulp off is far inside the "
         "numerics tier's spread; only refops_quantized_operands() (or check_quantizer on the fused kernel) "

@@ -8,6 +8,9 @@ input dtype and quantizer. The ``ties`` case is built against the quantizer's
 own multiplier, so that ``x * s`` lands on (and one or two ulps around) every
 rounding midpoint of the format: the place where computing the scale in
 another order (``x / (amax / 448)`` for ``x * (448 / amax)``) changes a byte.
+The ``amax_near_power_of_two`` case puts block amaxes at and one ulp around
+``fmax * 2^k``, where a power-of-two scale steps an octave: the place where taking
+that scale with float ``log2`` instead of from exponent bits changes a scale.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from ...quantization import (
 )
 from ...quantization.quantizer import torch_fp8_dtype
 
-__all__ = ["QuantizerCase", "CASES", "STRIDED", "block_length", "format_max", "multiplier_for_amax", "TIE_AMAX"]
+__all__ = ["QuantizerCase", "CASES", "STRIDED", "block_length", "format_max", "multiplier_for_amax", "TIE_AMAX",
+           "power_of_two_boundary"]
 
 #: The amax the ``ties`` case gives every block: its scale 448 / A is not a power of two,
 #: and one of its products lands on an E4M3 tie (``docs/recipes/current-scaling.md``).
@@ -202,6 +206,60 @@ def _tiny_amax(dtype: torch.dtype, q: Quantizer, g: torch.Generator) -> torch.Te
     return (_randn(MAIN_SHAPE, g).clamp(-1, 1) * torch.finfo(dtype).smallest_normal).to(dtype)
 
 
+#: The octaves k of the ``amax_near_power_of_two`` boundaries ``base * 2^k``: past |k| = 3 a float
+#: ``log2`` of ``2^k * (1 + 2^-23)`` rounds onto k; the spread stays inside NVFP4's E4M3 block scales.
+NEAR_POWER_OF_TWO_OCTAVES = (-8, -5, -3, -2, -1, 0, 1, 2, 3, 5, 8)
+
+
+def power_of_two_boundary(quantizer: Quantizer) -> float:
+    """The amax at which the quantizer's scale is exactly 1: MXFP8's E8M0 exponent, a pow2 FP8 scale and
+    NVFP4's global scale ``6 * 448 / amax`` jump an octave where the amax passes ``boundary * 2^k``."""
+    if isinstance(quantizer, NVFP4Quantizer):
+        return 6.0 * 448.0
+    return format_max(quantizer)
+
+
+def _boundary_amaxes(dtype: torch.dtype, base: float) -> torch.Tensor:
+    """``base * 2^k`` and the dtype's values one ulp above and below it, for every octave k whose values
+    are finite and normal in the dtype; the largest ends the list, one ulp above its boundary."""
+    finfo = torch.finfo(dtype)
+    octaves = [k for k in NEAR_POWER_OF_TWO_OCTAVES
+               if base * 2.0**k * (1 + finfo.eps) <= finfo.max and base * 2.0**k * (1 - finfo.eps) >= finfo.tiny]
+    at = torch.tensor([base * 2.0**k for k in octaves for _ in range(3)], dtype=dtype)
+    return _step_ulps(at, torch.tensor([0, -1, 1] * len(octaves))).float()
+
+
+def _blockwise_max(peaks: torch.Tensor, length: int, dim: int) -> torch.Tensor:
+    """Each element's block maximum of ``peaks`` (2-D) over blocks of ``length`` along ``dim``; partial
+    blocks at the end count as blocks."""
+    out = torch.empty_like(peaks)
+    for start in range(0, peaks.shape[dim], length):
+        block = peaks.narrow(dim, start, min(length, peaks.shape[dim] - start))
+        out.narrow(dim, start, block.shape[dim]).copy_(block.amax(dim, keepdim=True).expand_as(block))
+    return out
+
+
+def _amax_near_power_of_two(dtype: torch.dtype, q: Quantizer, g: torch.Generator) -> torch.Tensor:
+    """Block amaxes at, one ulp below and one ulp above ``boundary * 2^k`` for several k, each block's
+    from the list in turn; the tensor's amax one ulp above the largest, where a pow2 scale must drop
+    an octave. A float ``log2`` of ``amax / fmax`` loses E8M0's round-up there (sglang #31210)."""
+    targets = _boundary_amaxes(dtype, power_of_two_boundary(q))
+    where = _pattern(MAIN_SHAPE, block_length(q))
+    count = int(where.sum())
+    order = torch.arange(count) % len(targets)
+    order[torch.randperm(count, generator=g)[0]] = len(targets) - 1  # the tensor's amax, however few blocks
+    peaks = torch.zeros(MAIN_SHAPE)
+    peaks[where] = targets[order]
+    # The other values stay below both of their blocks' amaxes (the row's and the column's), and spread
+    # over that block's codes. A block without a peak (a column of a 1x128 tile past 64 rows) takes its row's.
+    length = block_length(q)
+    along_rows, along_cols = _blockwise_max(peaks, length, 1), _blockwise_max(peaks, length, 0)
+    below = torch.minimum(along_rows, torch.where(along_cols > 0, along_cols, along_rows))
+    rest = below * 0.95 * (2 * torch.rand(MAIN_SHAPE, generator=g) - 1)
+    sign = torch.where(torch.rand(MAIN_SHAPE, generator=g) < 0.5, -1.0, 1.0)
+    return torch.where(where, sign * peaks, rest).to(dtype)
+
+
 def _with_specials(values: dict[tuple[int, int], float]):
     def build(dtype: torch.dtype, q: Quantizer, g: torch.Generator) -> torch.Tensor:
         x = _randn(MAIN_SHAPE, g)
@@ -259,4 +317,7 @@ CASES: tuple[QuantizerCase, ...] = (
     QuantizerCase("full_tiles", "shape (128, 256), whole 128x128 tiles", _shaped((128, 256)), dtypes=(torch.bfloat16,)),
     QuantizerCase("broadcast_row", "one row repeated in every row; also given expanded (stride 0)", _broadcast_row,
                   layouts=STRIDED + ("expanded",)),
+    # Last: a case's generator is seeded from its position, so the cases before it keep their inputs.
+    QuantizerCase("amax_near_power_of_two", "block amaxes at and 1 ulp around fmax * 2^k (NVFP4: 6 * 448 * 2^k)",
+                  _amax_near_power_of_two),
 )

@@ -4,7 +4,7 @@ A kernel author's first test. ``check_quantizer(candidate, quantizer_or_recipe)`
 runs the matrix of :mod:`refops.testing.quantizers.cases` (random values at many
 scales, heavy tails, zeros, all-zero blocks, subnormals, exact ties between
 codes, values at and past the format's max, infinities and NaN, partial blocks,
-fp32/fp16/bf16 inputs) in both orientations, and compares every code and every
+block amaxes one ulp around a power-of-two scale boundary, fp32/fp16/bf16 inputs) in both orientations, and compares every code and every
 scale with the reference's exactly.
 
 The candidate protocol:

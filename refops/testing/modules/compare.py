@@ -19,7 +19,6 @@ its own ``autocast`` via ``candidate_context``), a plain PyTorch model, or refop
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import math
 from typing import Any, Callable, ContextManager, Optional, Sequence

@@ -35,7 +35,7 @@ from ...distributed.fsdp import is_dtensor, local_shard_of
 from ...quantization.quantized_tensor import QuantizedTensor
 
 __all__ = ["assign_full_value", "deepcopy_sharing_groups", "full_value", "is_fsdp_sharded", "reduce_like_fsdp",
-           "reduce_twin_grads_like", "single_process_copy", "twin_source"]
+           "reduce_twin_grads_like", "reshard_after_no_grad_forward", "single_process_copy", "twin_source"]
 
 #: How deep :func:`_groups_reachable_from` follows plain objects' attributes (a TP op's config holds its group).
 _SEARCH_DEPTH = 8
@@ -64,7 +64,7 @@ def assign_full_value(target: torch.Tensor, values: torch.Tensor, *, what: str) 
     shard = local_shard_of(values.detach(), target, what=what)
     if tuple(shard.shape) != tuple(local.shape):
         raise ValueError(f"compare_modules: {what}: this rank's local shard has shape {tuple(local.shape)}, but its "
-                         f"part of the value has shape {tuple(shard.shape)} (uneven sharding is not supported)")
+                         f"part of the value has shape {tuple(shard.shape)}; expected the two to match")
     with torch.no_grad():
         if isinstance(local, QuantizedTensor):
             if target.device_mesh.ndim == 1:
@@ -265,3 +265,15 @@ def reduce_twin_grads_like(reference: torch.nn.Module, twin_sides: list[Any]) ->
     reduce = reduce_like_fsdp(reference)
     for side in twin_sides:
         side.after_backward = reduce
+
+
+def reshard_after_no_grad_forward(module: torch.nn.Module) -> None:
+    """Reshard every FSDP2 module of ``module`` after a forward under ``no_grad`` (the eval forward).
+
+    FSDP2 (seen with torch 2.13 on gloo, plain ``torch.nn.Linear`` too) leaves the root's parameters unsharded
+    after a forward under ``no_grad``, and the next backward then sums the grads over the ranks instead of
+    averaging them; after an explicit ``reshard()`` it averages again. The script's eval forward is meant to
+    change nothing, so an FSDP2 side is resharded after it, as a training loop's next step would find it.
+    """
+    for m in reversed(_fsdp_modules(module)):
+        m.reshard()

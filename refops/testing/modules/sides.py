@@ -15,7 +15,7 @@ import torch
 
 from ...distributed.fsdp import is_dtensor
 from ...quantization.quantized_tensor import QuantizedTensor
-from .distributed_models import assign_full_value, deepcopy_sharing_groups, full_value
+from .distributed_models import assign_full_value, deepcopy_sharing_groups, full_value, reshard_after_no_grad_forward
 
 __all__ = ["Side", "carry_parameter_attributes", "deepcopy_module", "same_layout_copy", "values_of"]
 
@@ -96,6 +96,7 @@ class Side:
         self.module.eval()
         try:
             y, _ = self.forward(inputs, grad=False)
+            reshard_after_no_grad_forward(self.module)  # FSDP2 would otherwise sum the next grads (see there)
         finally:
             for m, training in modes:
                 m.training = training

@@ -31,6 +31,7 @@ from ...quantization.state import autocast
 from ...recipe import NVFP4BlockScaling, Recipe
 from .arguments import TIERS, validate_arguments
 from .consistency import check_quantized_parameters
+from .distributed_models import reduce_twin_grads_like, twin_source
 from .first_step import FirstStep as _FirstStep, give_candidate_values, plain_twin as _plain_twin
 from .judges import candidate_raised, judge_by_tier, judge_numerics, missing
 from .metamorphic import run_metamorphic
@@ -136,7 +137,8 @@ def _compare(candidate, reference, inputs, *, recipe, candidate_context, referen
     sides = [Side("candidate", candidate, candidate_context), Side("reference", reference, reference_context)]
     twin_problems: list[str] = []
     if tier == "numerics":
-        sides += _twin_sides(reference, recipe, reference_context, twin_problems)
+        sides += _twin_sides(twin_source(reference), recipe, reference_context, twin_problems)  # FSDP2: unsharded
+        reduce_twin_grads_like(reference, sides[2:])
     first = _FirstStep(candidate, reference, copy_parameters)
     records = run_script(sides, inputs, grad_output, scenarios=scenarios, seed=seed, observe=first.observe,
                          after_first_step=first.done)

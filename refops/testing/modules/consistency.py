@@ -21,6 +21,7 @@ from typing import Optional
 
 import torch
 
+from ...distributed.fsdp import is_dtensor
 from ...formats import E2M1_MAX
 from ...quantization import Float8Tensor, NVFP4Tensor, QuantizedTensor
 from ...quantization.quantizer import torch_fp8_dtype
@@ -37,6 +38,8 @@ def check_quantized_parameters(module: torch.nn.Module, when: str) -> list[Tenso
     agree (<when>)"``)."""
     out = []
     for name, p in module.named_parameters():
+        if is_dtensor(p):  # an FSDP2 shard: this rank's quantized rows, checked where they live
+            p, name = p.to_local(), f"{name} (this rank's shard)"
         if not isinstance(p, QuantizedTensor) or not (p.has_usage("rowwise") and p.has_usage("columnwise")):
             continue
         if getattr(p.quantizer, "with_rht", False):

@@ -10,16 +10,17 @@ values (:func:`give_candidate_values`), never its quantized arrays.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import types
 from typing import Any, Iterator, Optional
 
 import torch
 
+from ...distributed.fsdp import is_dtensor
 from ...quantization import Float8Tensor
 from ...quantization.quantized_tensor import QuantizedTensor
 from . import quantized_operands as operands
+from .distributed_models import assign_full_value, deepcopy_sharing_groups
 from .exact_state import compare_quantized, compare_state, recipe_states, slots_fed_by_unequal_sources
 from .sides import Side, values_of
 from ..tensor_report import TensorComparison
@@ -38,8 +39,10 @@ def give_candidate_values(candidate: torch.nn.Module, reference: torch.nn.Module
             target = targets[name]
             if target.is_meta:
                 raise ValueError(f"compare_modules: reference parameter {name!r} is on meta; materialize it first")
-            values = values_of(source)
-            if isinstance(target, QuantizedTensor):
+            values = values_of(source)  # a DTensor's full value
+            if is_dtensor(target):
+                assign_full_value(target, values, what=f"reference parameter {name!r}")
+            elif isinstance(target, QuantizedTensor):
                 if torch.equal(target.dequantize(), values.to(device=target.device, dtype=target.dtype)):
                     continue  # the reference already holds these values, quantized by itself
                 _quantize_keeping_amax(target, values.to(target.device), source)
@@ -70,7 +73,7 @@ def _quantize_keeping_amax(target: QuantizedTensor, values: torch.Tensor, source
 
 def plain_twin(module: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``module`` with every quantized parameter dequantized (run without a recipe)."""
-    twin = copy.deepcopy(module)
+    twin = deepcopy_sharing_groups(module)
     for sub in twin.modules():
         for name, p in list(sub.named_parameters(recurse=False)):
             if isinstance(p, QuantizedTensor):

@@ -231,7 +231,7 @@ def _rates(reference: Side) -> dict[str, float]:
     for name, p in reference.module.named_parameters():
         if p.grad is None:
             continue
-        grad_rms = float(p.grad.detach().double().square().mean().sqrt())
+        grad_rms = float(values_of(p.grad).detach().double().square().mean().sqrt())
         value_rms = float(values_of(p).detach().double().square().mean().sqrt())
         if grad_rms > 0 and math.isfinite(grad_rms):
             rates[name] = STEP_SHARE * (value_rms if value_rms > 0 else 1.0) / grad_rms

@@ -9,18 +9,22 @@ there when it runs.
 from __future__ import annotations
 
 import contextlib
-import copy
 from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
+from ...distributed.fsdp import is_dtensor
 from ...quantization.quantized_tensor import QuantizedTensor
+from .distributed_models import assign_full_value, deepcopy_sharing_groups, full_value, reshard_after_no_grad_forward
 
 __all__ = ["Side", "carry_parameter_attributes", "deepcopy_module", "same_layout_copy", "values_of"]
 
 
 def values_of(t: torch.Tensor) -> torch.Tensor:
-    """A tensor's high-precision values: a quantized tensor's dequantized ones (its primary, row-wise copy)."""
+    """A tensor's high-precision values: a quantized tensor's dequantized ones (its primary, row-wise copy), a
+    DTensor's full value (a collective)."""
+    if is_dtensor(t):
+        return full_value(t)
     if isinstance(t, QuantizedTensor):
         return t.dequantize()
     if type(t) not in (torch.Tensor, torch.nn.Parameter) and callable(getattr(t, "dequantize", None)):
@@ -44,6 +48,9 @@ class Side:
         self.module = module
         self.context = context
         self.prepare = prepare
+        #: Run on the module after each backward: the single-process twins of an FSDP2 reference reduce their
+        #: parameter grads there as FSDP2 reduces the reference's (:mod:`.distributed_models`).
+        self.after_backward: Optional[Callable[[torch.nn.Module], None]] = None
         self._pending: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
 
     def clear_grads(self) -> None:
@@ -75,6 +82,8 @@ class Side:
         dy = self.prepare(dy).to(device=y.device, dtype=y.dtype)
         with self.context():
             y.backward(dy)
+        if self.after_backward is not None:
+            self.after_backward(self.module)
         return [x.grad for x in xs]
 
     def done(self) -> None:
@@ -87,6 +96,7 @@ class Side:
         self.module.eval()
         try:
             y, _ = self.forward(inputs, grad=False)
+            reshard_after_no_grad_forward(self.module)  # FSDP2 would otherwise sum the next grads (see there)
         finally:
             for m, training in modes:
                 m.training = training
@@ -96,7 +106,7 @@ class Side:
         """``{"<param>": .grad}``, and ``{"<param>.main_grad": ...}`` where a parameter accumulates into one."""
         grads: dict[str, Optional[torch.Tensor]] = {}
         for name, p in self.module.named_parameters():
-            grads[name] = p.grad
+            grads[name] = full_value(p.grad) if is_dtensor(p.grad) else p.grad  # judged whole on every rank
             if isinstance(getattr(p, "main_grad", None), torch.Tensor):
                 grads[f"{name}.main_grad"] = p.main_grad
         return grads
@@ -108,9 +118,13 @@ class Side:
         for name, p in self.module.named_parameters():
             if p.grad is None or name not in rates:
                 continue
-            values = values_of(p).to(torch.float64 if p.dtype == torch.float64 else torch.float32)
-            updated = values - rates[name] * p.grad.to(values.dtype)
-            p.copy_(updated.to(values_of(p).dtype))
+            current = values_of(p)
+            values = current.to(torch.float64 if p.dtype == torch.float64 else torch.float32)
+            updated = (values - rates[name] * values_of(p.grad).to(values.dtype)).to(current.dtype)
+            if is_dtensor(p):
+                assign_full_value(p, updated, what=f"the SGD step of parameter {name!r}")
+            else:
+                p.copy_(updated)
 
     def _input(self, x: torch.Tensor, grad: bool) -> torch.Tensor:
         if not isinstance(x, torch.Tensor):
@@ -134,7 +148,7 @@ def same_layout_copy(x: torch.Tensor) -> torch.Tensor:
 def deepcopy_module(module: torch.nn.Module, *, dtype: Optional[torch.dtype] = None) -> torch.nn.Module:
     """``copy.deepcopy(module)`` with what deepcopy drops from parameters put back: the attributes a user set on
     them (``main_grad``, Megatron's flags), ``main_grad`` as a fresh zero tensor (in ``dtype`` if given)."""
-    twin = copy.deepcopy(module)
+    twin = deepcopy_sharing_groups(module)  # a process group cannot be pickled: the copy shares it
     carry_parameter_attributes(module, twin, dtype=dtype)
     return twin
 

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 from typing import Any, Callable, ContextManager, Iterator
 
 import torch
@@ -21,6 +20,7 @@ from ...kernels.reference.gemm import epilogue_fp32
 from ...kernels.reference.gemm_hopper import round_to_tf32
 from ...kernels.reference.gemm_operands import dequantize_gemm_operands
 from ...quantization.quantized_tensor import QuantizedTensor
+from .distributed_models import deepcopy_sharing_groups
 
 __all__ = ["LegitNumericsKernels", "Float64Kernels", "float64_twin", "float64_context", "run_float64", "legit_context",
            "truncate_mantissa", "round_to_tf32"]
@@ -124,7 +124,7 @@ def _float64_allowed() -> Iterator[None]:
 
 def float64_twin(module: torch.nn.Module) -> torch.nn.Module:
     """A copy of ``module`` whose parameters are float64 (quantized ones dequantized: the same values)."""
-    twin = copy.deepcopy(module)
+    twin = deepcopy_sharing_groups(module)
     for sub in twin.modules():
         for name, p in list(sub.named_parameters(recurse=False)):
             values = p.dequantize(dtype=torch.float32) if isinstance(p, QuantizedTensor) else p.detach()

@@ -19,7 +19,7 @@ import torch
 
 from ..quantization.quantized_tensor import QuantizedTensor
 
-__all__ = ["TensorComparison", "compare_tensors", "sqnr_db"]
+__all__ = ["TensorComparison", "absent", "compare_tensors", "sqnr_db"]
 
 TIERS = ("exact", "tolerance", "sqnr")
 
@@ -77,6 +77,14 @@ class TensorComparison:
             f"max_rel={self.max_rel_error:.3e} {sqnr} {counted}{share} [{self.criterion}]"
         )
         return line + (f"\n       {self.why}" if self.why and not self.passed else "")
+
+
+def absent(name: str, why: str, *, tier: str = "exact", criterion: str = "present on both sides") -> TensorComparison:
+    """A failure where one side has no such tensor: nothing is compared (no fabricated values), ``why`` says
+    which side lacks it."""
+    return TensorComparison(name=name, tier=tier, passed=False, max_abs_error=math.nan, max_rel_error=math.nan,
+                            sqnr_db=math.nan, num_mismatches=0, numel=0, first_mismatches=(),
+                            criterion=criterion, why=f"why: {why}")
 
 
 def _values(t: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.recipe_state import DelayedScalingRecipeState
 from . import quantized_operands as operands
-from ..tensor_report import TensorComparison, compare_tensors
+from ..tensor_report import TensorComparison, absent, compare_tensors
 
 __all__ = ["compare_quantized", "recipe_states", "slots_fed_by_unequal_sources", "compare_state"]
 
@@ -24,8 +24,8 @@ def compare_quantized(name: str, a: QuantizedTensor, b: QuantizedTensor) -> list
             continue
         x, y = arrays_a.get(key), arrays_b.get(key)
         if x is None or y is None:
-            missing = torch.zeros(1)
-            out.append(compare_tensors(f"{name}[{key}] (missing)", missing, missing + 1, tier="exact"))
+            lacking = "the candidate" if x is None else "the reference"
+            out.append(absent(f"{name}[{key}]", f"{lacking}'s quantized tensor has no {key} array"))
             continue
         view = (lambda t: t.view(torch.uint8)) if x.element_size() == 1 else (lambda t: t)
         out.append(compare_tensors(f"{name}[{key}]", view(x), view(y), tier="exact"))

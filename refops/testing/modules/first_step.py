@@ -98,6 +98,7 @@ class FirstStep:
         self.inexact: dict[str, list[int]] = {}
         self.weight_bytes: list[TensorComparison] = []
         self.reference_operands: dict[str, QuantizedTensor] = {}
+        self.reference_sources: dict[str, Optional[torch.Tensor]] = {}
         self.unequal_sources: list[str] = []
         self.exposes = False
 
@@ -116,6 +117,7 @@ class FirstStep:
         hook = getattr(self.candidate, operands.HOOK, None)
         self.exposed = hook() if callable(hook) else None
         self.reference_operands = operands.reference_operands(self.reference, seen_r)
+        self.reference_sources = operands.operand_sources(self.reference, seen_r)
         self.states_c = {k: _snapshot(v) for k, v in recipe_states(self.candidate).items()}
         self.states_r = {k: _snapshot(v) for k, v in recipe_states(self.reference).items()}
         if self.exposed is None:
@@ -147,7 +149,8 @@ class FirstStep:
         out = [dataclasses.replace(c, kind="bytes", scenario="one step") for c in self.weight_bytes]
         if self.exposed:
             out += [dataclasses.replace(c, kind="bytes", scenario="one step")
-                    for c in operands.compare_operands(self.exposed, self.reference_operands)]
+                    for c in operands.compare_operands(self.exposed, self.reference_operands,
+                                                        self.reference_sources)]
         for key in sorted(set(self.states_c) & set(self.states_r)):
             out += [dataclasses.replace(c, kind="state", scenario="one step") for c in compare_state(
                 key, self.states_c[key], self.states_r[key], self.inexact.get(key, ()), state_check)]

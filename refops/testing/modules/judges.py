@@ -8,7 +8,6 @@ does not is a failure that says which side lacks it, never a made-up comparison 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Optional
 
 import torch
@@ -16,7 +15,7 @@ import torch
 from ...quantization.quantized_tensor import QuantizedTensor
 from . import numerics
 from .scenarios import Key
-from ..tensor_report import TensorComparison, compare_tensors
+from ..tensor_report import TensorComparison, absent, compare_tensors
 
 __all__ = ["candidate_raised", "display_name", "missing", "judge_numerics", "judge_by_tier"]
 
@@ -35,22 +34,16 @@ def _located(result: TensorComparison, key: Key, kind: str = "value") -> TensorC
 
 def missing(key: Key, which: str, tier: str) -> TensorComparison:
     """A failure: ``which`` side ("the candidate" / "the reference") produced no such tensor."""
-    result = TensorComparison(
-        name=display_name(key), tier=tier, passed=False, max_abs_error=math.nan, max_rel_error=math.nan,
-        sqnr_db=math.nan, num_mismatches=0, numel=0, first_mismatches=(), criterion="present on both sides",
-        why=f"why: {which} has no {key[2]} (None) where the other side has one: a grad that was not computed "
-            f"or a tensor that was not produced",
-    )
+    result = absent(display_name(key), f"{which} has no {key[2]} (None) where the other side has one: a grad that "
+                    f"was not computed or a tensor that was not produced", tier=tier)
     return _located(result, key)
 
 
 def candidate_raised(failure: str) -> TensorComparison:
     """A failure: the candidate raised during the script (``failure``: where and what); the script went on without
     it, so what it would have produced after that is not compared."""
-    return TensorComparison(
-        name="the candidate ran the script", tier="exact", passed=False, max_abs_error=math.nan,
-        max_rel_error=math.nan, sqnr_db=math.nan, num_mismatches=0, numel=0, first_mismatches=(),
-        criterion="every step runs", why=f"why: the candidate raised {failure}", kind="value")
+    return dataclasses.replace(absent("the candidate ran the script", f"the candidate raised {failure}",
+                                      criterion="every step runs"), kind="value")
 
 
 def _as_f64(t: torch.Tensor) -> torch.Tensor:

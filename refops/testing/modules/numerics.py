@@ -285,7 +285,8 @@ def _diagnose(name, distance, allowed, spread, out_of_bound, c64, r64, l64, quan
     if finite and quantized and c64 > r64 + parity_margin_db(out_of_bound.numel()):
         return (f"why: the candidate's {name} is closer to float64 ({_db(c64)} dB) than the reference's "
                 f"({_db(r64)} dB) by more than two equally good quantized runs can be: it evidently skipped a "
-                f"quantization the reference makes (in {_role(name)} or upstream)")
+                f"quantization the reference makes, or quantized more finely (E4M3 where the recipe asks for E5M2, "
+                f"smaller blocks), in {_role(name)} or upstream")
     if finite and c64 < r64 - 3.0:
         return (f"why: the candidate's {name} is farther from float64 ({_db(c64)} dB) than the reference's "
                 f"({_db(r64)} dB) and than a legitimately different implementation's ({_db(l64)} dB): a wrong "

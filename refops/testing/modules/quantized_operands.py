@@ -22,14 +22,15 @@ is itself a refops model (another kernel backend) is recorded the same way.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from typing import Any, Iterator, Optional
 
 import torch
 
 from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.quantizer import Quantizer
-from ..quantizers import layout
-from ..tensor_report import TensorComparison, compare_tensors
+from ..quantizers import diagnosis, layout
+from ..tensor_report import TensorComparison, absent, compare_tensors
 
 __all__ = ["HOOK", "Recorded", "recording", "reference_operands", "operand_sources", "same_source", "compare_operands"]
 
@@ -108,8 +109,15 @@ def same_source(a: Optional[torch.Tensor], b: Optional[torch.Tensor]) -> bool:
     return torch.equal(layout.as_bits(a.cpu()), layout.as_bits(b.cpu()))
 
 
-def compare_operands(candidate: dict[str, Any], reference: dict[str, QuantizedTensor]) -> list[TensorComparison]:
-    """Every operand the candidate exposes against the reference's of the same name, bit for bit."""
+def compare_operands(candidate: dict[str, Any], reference: dict[str, QuantizedTensor],
+                     sources: Optional[dict[str, Optional[torch.Tensor]]] = None) -> list[TensorComparison]:
+    """Every operand the candidate exposes against the reference's of the same name, bit for bit.
+
+    Where the bytes of a usage differ, the failing lines say what the candidate's operand is when it is a known
+    mix-up (:func:`~refops.testing.format_diagnosis.diagnose_mismatch`: the other FP8 format, a scale off by a
+    power of two, the other orientation); ``sources`` (the reference's high-precision tensor of each operand,
+    :func:`operand_sources`) sharpens that diagnosis."""
+    sources = sources or {}
     out = []
     for name in sorted(candidate):
         label = f"operand {name}"
@@ -132,17 +140,28 @@ def compare_operands(candidate: dict[str, Any], reference: dict[str, QuantizedTe
                 got = {"data": data, "scale_inv": layout.valid_scale(ref, usage, torch.as_tensor(scale_inv))}
             else:
                 continue  # a (data, scale_inv) pair is the row-wise operand only
-            for field in ("data", "scale_inv"):
-                a, e = got[field].detach().cpu(), expected[field].detach().cpu()
-                if a.element_size() == 1:
-                    a = a.view(torch.uint8)
-                if e.element_size() == 1:
-                    e = e.view(torch.uint8)
-                out.append(compare_tensors(f"{label}[{usage} {field}]", a.reshape(e.shape) if a.numel() == e.numel()
-                                           else a, e, tier="exact"))
+            fields = [_compare_field(f"{label}[{usage} {field}]", got[field], expected[field])
+                      for field in ("data", "scale_inv")]
+            if not all(c.passed for c in fields):
+                why = diagnosis.diagnose_run(ref, usage, expected, got, _source_of(sources.get(name), ref))
+                fields = [dataclasses.replace(c, why=f"why: {why}") if why and not c.passed else c for c in fields]
+            out += fields
     return out
 
 
+def _compare_field(name: str, got: torch.Tensor, expected: torch.Tensor) -> TensorComparison:
+    a, e = got.detach().cpu(), expected.detach().cpu()
+    if a.element_size() == 1:
+        a = a.view(torch.uint8)
+    if e.element_size() == 1:
+        e = e.view(torch.uint8)
+    return compare_tensors(name, a.reshape(e.shape) if a.numel() == e.numel() else a, e, tier="exact")
+
+
+def _source_of(source: Optional[torch.Tensor], ref: QuantizedTensor) -> Optional[torch.Tensor]:
+    """The reference's high-precision source of an operand, when it has the operand's elements."""
+    return source if source is not None and source.numel() == ref.numel() else None
+
+
 def _missing(name: str) -> TensorComparison:
-    present = torch.zeros(1)
-    return compare_tensors(name, present, present + 1, tier="exact")
+    return absent(name, "the candidate exposes an operand under a name the reference has none of")

@@ -16,7 +16,7 @@ from typing import Any, Optional
 import torch
 
 from ...formats import unpack_e2m1
-from ...quantization import Float8BlockwiseQTensor, Float8Tensor, MXFP8Tensor, NVFP4Tensor, QuantizedTensor
+from ...quantization import Float8Tensor, MXFP8Tensor, NVFP4Tensor, QuantizedTensor
 from ..format_diagnosis import diagnose_mismatch
 from . import layout
 
@@ -55,8 +55,11 @@ def _transposed_in_storage(qt: QuantizedTensor, usage: str) -> bool:
 
 
 def diagnose_run(reference: QuantizedTensor, usage: str, expected: dict[str, Any], got: dict[str, Any],
-                 x: torch.Tensor) -> str:
-    """The sentence :func:`~refops.testing.format_diagnosis.diagnose_mismatch` gives for this run, or ""."""
+                 x: Optional[torch.Tensor]) -> str:
+    """The sentence :func:`~refops.testing.format_diagnosis.diagnose_mismatch` gives for this run, or "".
+
+    ``x`` is the high-precision tensor both sides quantized; None when it is unknown (the reference's
+    dequantized values stand in for it)."""
     fmt = _element_format(reference)
     exp_nominal = layout.element_codes(reference, usage, expected["data"].cpu())
     exp_stored = exp_nominal.t() if _transposed_in_storage(reference, usage) else exp_nominal
@@ -68,7 +71,7 @@ def diagnose_run(reference: QuantizedTensor, usage: str, expected: dict[str, Any
         got_nominal = layout.element_codes(reference, usage, got["data"].detach().cpu())
         exp_grid, block = _nominal_scale_grid(reference, usage, expected["scale_inv"].detach().cpu())
         got_grid, _ = _nominal_scale_grid(reference, usage, got["scale_inv"].detach().cpu())
-        values = x.detach().cpu().reshape(exp_nominal.shape)
+        values = None if x is None else x.detach().cpu().reshape(exp_nominal.shape)
         return diagnose_mismatch(exp_nominal, got_nominal, exp_grid, got_grid, expected_format=fmt, values=values,
                                  scale_block=block) or ""
     except (TypeError, ValueError, RuntimeError):  # a result that does not line up: the counts say enough

@@ -1,5 +1,6 @@
 """TE-style modules that may be built on ``meta`` and materialize themselves (``reset_parameters()``, first
-forward), checked with ``check_lifecycle(..., lazy=True)`` as the oracle is pointed at TE's ops.
+forward), checked as the oracle is pointed at TE's ops: ``check_lifecycle(..., **TE_STYLE)``, holding them to
+both claims (materialized by ``reset_parameters()``, and at the first forward).
 
 ``LazyLinear.materialize`` is the one seam: the correct twins swap the real payload into the existing
 ``Parameter`` (``torch.utils.swap_tensors``, refops' way), so every reference to it stays valid.
@@ -114,10 +115,13 @@ class RefusedByOracle:
     def __str__(self) -> str:
         return f"refused: {type(self.error).__name__}: {self.error}"
 
+#: The claims a TE-style module makes: ``reset_parameters()`` materializes it, and so does its first forward.
+TE_STYLE = {"materializes_through_reset_parameters": True, "materializes_at_first_forward": True}
+
 
 def _check(defect: Optional[str]) -> Any:
     try:
-        return check_lifecycle(lambda device: LazyLinear(device, defect=defect), inputs=_inputs, lazy=True)
+        return check_lifecycle(lambda device: LazyLinear(device, defect=defect), inputs=_inputs, **TE_STYLE)
     except TypeError as error:
         if "cannot be built deferred" not in str(error):
             raise
@@ -126,7 +130,7 @@ def _check(defect: Optional[str]) -> Any:
 
 def _check_buffer(recompute_on_materialize: bool) -> Any:
     return check_lifecycle(lambda device: ScaledLinear(device, recompute_on_materialize=recompute_on_materialize),
-                           inputs=_inputs, lazy=True)
+                           inputs=_inputs, **TE_STYLE)
 
 
 def _case(name: str, url: str, summary: str, defect: str) -> RecallCase:

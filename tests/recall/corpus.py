@@ -8,7 +8,7 @@ import pathlib
 
 from . import (lifecycle_lazy, lifecycle_values, module_fp8_linear, module_norm, module_refops_caches,
                module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4,
-               quantizer_per_tensor)
+               quantizer_per_tensor, quantizer_te_scaling)
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
@@ -20,6 +20,7 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *quantizer_mxfp8.CASES,
     *quantizer_block_fp8.CASES,
     *quantizer_nvfp4.CASES,
+    *quantizer_te_scaling.CASES,
     *module_fp8_linear.CASES,
     *module_norm.CASES,
     *module_training.CASES,

@@ -7,8 +7,8 @@ import functools
 import pathlib
 
 from . import (lifecycle_lazy, lifecycle_values, module_fp8_linear, module_norm, module_refops_caches,
-               module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4,
-               quantizer_per_tensor, quantizer_te_scaling)
+               module_te_linear, module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8,
+               quantizer_nvfp4, quantizer_per_tensor, quantizer_te_scaling)
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
@@ -25,6 +25,7 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *module_norm.CASES,
     *module_training.CASES,
     *module_refops_caches.CASES,
+    *module_te_linear.CASES,
     *lifecycle_lazy.CASES,
     *lifecycle_values.CASES,
 )

@@ -1,7 +1,7 @@
 """TransformerEngine linear-layer bugs: a bias applied twice, a backward override that reads the wrong operand,
-and recipe state that outlives a change of the amax history length.
+and recipe state that does not follow a change of the amax history length.
 
-The first two are opaque plain-torch modules against refops' ops; the third is refops' ``BasicLinear``
+The first two are opaque plain-torch modules against refops' ops; the last two are refops' ``BasicLinear``
 with the defect injected inside the candidate only (as :mod:`.module_refops_caches` does).
 """
 
@@ -85,26 +85,42 @@ def _compare_dequantized_backward(save_original_input: bool) -> Any:
                            (torch.randn(BATCH, FEATURES_IN),), recipe=recipe)
 
 
-# ------------------------------------------------------------ TE #1985: amax history length changed
+# ------------------------------------------------------------ TE #1985, #2044: amax history length changed
 class HistoryKeepingLinear(te.ops.BasicLinear):
     """``BasicLinear`` whose recipe state is reset only when the recipe type changes, as TE's op fuser did
     before #1985: a new ``amax_history_len`` alone leaves the old history (and the quantizers) in place."""
 
-    def __init__(self, resets_on_history_change: bool) -> None:
+    def __init__(self, fixed: bool) -> None:
         super().__init__(FEATURES_IN, FEATURES_OUT)
-        self.resets_on_history_change = resets_on_history_change
+        self.fixed = fixed
 
     def reset_recipe_state(self, *, recipe: Any) -> None:
         current = self.recipe
-        if (not self.resets_on_history_change and current is not None and type(current) is type(recipe)
+        if (not self.fixed and current is not None and type(current) is type(recipe)
                 and getattr(current, "amax_history_len", None) != getattr(recipe, "amax_history_len", None)):
             return
         super().reset_recipe_state(recipe=recipe)
 
 
-def _train_then_compare_history(resets_on_history_change: bool) -> Any:
+class StaleAmaxPointerLinear(te.ops.BasicLinear):
+    """``BasicLinear`` that, once #1985 resets its state, reallocates the amax history but keeps its old
+    quantizers (TE #2044): their amax is a view into the old history, so the amaxes they record never reach
+    the history the scale update reads, and the scales stop moving."""
+
+    def __init__(self, fixed: bool) -> None:
+        super().__init__(FEATURES_IN, FEATURES_OUT)
+        self.fixed = fixed
+
+    def reset_recipe_state(self, *, recipe: Any) -> None:
+        old = None if self._quantizers is None else dict(self._quantizers)
+        super().reset_recipe_state(recipe=recipe)
+        if not self.fixed and old is not None and type(self.recipe) is type(recipe):
+            self._quantizers.update(old)  # the quantizers still point at the old amax history
+
+
+def _train_then_compare_history(op_class: type, fixed: bool) -> Any:
     torch.manual_seed(0)
-    candidate = te.ops.Sequential(HistoryKeepingLinear(resets_on_history_change))
+    candidate = te.ops.Sequential(op_class(fixed))
     reference = te.ops.Sequential(te.ops.BasicLinear(FEATURES_IN, FEATURES_OUT))
     with torch.no_grad():
         reference[0].weight.copy_(candidate[0].weight)
@@ -134,5 +150,12 @@ CASES = [
                "https://github.com/NVIDIA/TransformerEngine/pull/1985", "module",
                "te.ops reset their delayed-scaling state only when the recipe type changes: a shorter "
                "amax_history_len keeps the old history, whose stale large amax sets the scale",
-               lambda: _train_then_compare_history(False), lambda: _train_then_compare_history(True)),
+               lambda: _train_then_compare_history(HistoryKeepingLinear, False),
+               lambda: _train_then_compare_history(HistoryKeepingLinear, True)),
+    RecallCase("quantizers_record_into_reallocated_amax_history",
+               "https://github.com/NVIDIA/TransformerEngine/pull/2044", "module",
+               "after an amax_history_len change the op reallocates its amax history but its quantizers keep "
+               "pointers into the old one: the recorded amaxes are lost and the delayed scales stop updating",
+               lambda: _train_then_compare_history(StaleAmaxPointerLinear, False),
+               lambda: _train_then_compare_history(StaleAmaxPointerLinear, True)),
 ]

@@ -6,9 +6,9 @@ import dataclasses
 import functools
 import pathlib
 
-from . import (lifecycle_lazy, lifecycle_values, module_fp8_linear, module_norm, module_refops_caches,
-               module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4,
-               quantizer_per_tensor)
+from . import (lifecycle_lazy, lifecycle_te_module_api, lifecycle_values, module_fp8_linear, module_norm,
+               module_refops_caches, module_te_linear, module_training, quantizer_block_fp8, quantizer_layout,
+               quantizer_mxfp8, quantizer_nvfp4, quantizer_per_tensor, quantizer_te_scaling)
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
@@ -20,12 +20,15 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *quantizer_mxfp8.CASES,
     *quantizer_block_fp8.CASES,
     *quantizer_nvfp4.CASES,
+    *quantizer_te_scaling.CASES,
     *module_fp8_linear.CASES,
     *module_norm.CASES,
     *module_training.CASES,
     *module_refops_caches.CASES,
+    *module_te_linear.CASES,
     *lifecycle_lazy.CASES,
     *lifecycle_values.CASES,
+    *lifecycle_te_module_api.CASES,
 )
 
 

@@ -245,7 +245,8 @@ def test_a_checkpoint_that_drops_state_only_training_moves_is_caught_after_train
     twin.assert_ok()
     assert twin["checkpoint_round_trip_after_training"].evidence.startswith(
         "3 training steps (forward, backward, SGD step) moved 3 state entries (amax_history, linear.bias, "
-        "linear.weight); a fresh module loaded from the checkpoint computes step 4 like the original")
+        "linear.weight); a fresh module loaded from the checkpoint, and one loaded from that module's own "
+        "checkpoint saved before its first forward, compute step 4 like the original")
 
 
 class ForgetsRecipeState(te.ops.BasicLinear):

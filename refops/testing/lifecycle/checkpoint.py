@@ -71,8 +71,10 @@ def checkpoint_round_trip_after_training(s: Subject) -> str:
     factory wraps around it) move the parameters and any state the forward keeps: delayed scaling's amax
     history and scales, a quantized weight's scale. ``state_dict()`` goes through ``torch.save`` and
     ``torch.load(weights_only=True)`` into a module built under another seed; then both run one more
-    step, and its outputs and grads must be bit-identical. A checkpoint that leaves out extra state is
-    caught here even when the untrained round trip is exact.
+    step, and its outputs and grads must be bit-identical. So must those of a second hop: the loaded module's
+    own ``state_dict()``, saved before it runs a forward, loaded into a third module (state that a module
+    writes only after its own forward is lost there). A checkpoint that leaves out extra state is caught here
+    even when the untrained round trip is exact.
     """
     source = s.eager()
     if not source.state_dict():
@@ -85,13 +87,22 @@ def checkpoint_round_trip_after_training(s: Subject) -> str:
     # module that trained and one that loaded (a quantized weight re-quantized with the loading module's own
     # quantizer), so long as the next step does not. The untrained round trip compares them.
     target = _save_and_load(s, source)
+    # A resumed job may checkpoint again before its first step (a conversion script, an early save): what the
+    # loaded module saves must be the whole state too, not only what its own forwards have produced.
+    resaved = _save_and_load(s, target)
     outputs = run_step(s, target, "of the loaded module")
+    outputs_resaved = run_step(s, resaved, "of the module loaded from the loaded module's checkpoint")
     reference = run_step(s, source, "of the trained source")
-    problems = compare_tensors(outputs, reference, what=f"output of step {TRAINING_STEPS + 1}")
-    problems += compare_tensors(grads(target), grads(source), what=f"grad at step {TRAINING_STEPS + 1} of")
+    step = TRAINING_STEPS + 1
+    problems = compare_tensors(outputs, reference, what=f"output of step {step}")
+    problems += compare_tensors(grads(target), grads(source), what=f"grad at step {step} of")
+    problems += [f"re-saved before its first forward: {p}" for p in
+                 compare_tensors(outputs_resaved, reference, what=f"output of step {step}")
+                 + compare_tensors(grads(resaved), grads(source), what=f"grad at step {step} of")]
     trained = (f"{TRAINING_STEPS} training steps (forward, backward, SGD step) moved "
                f"{plural(len(moved), 'state entry', 'state entries')}{' (' + ', '.join(moved) + ')' if moved else ''}")
     if problems:
         raise Violation(f"{trained}; after the round trip: " + "; ".join(problems))
-    return (f"{trained}; a fresh module loaded from the checkpoint computes step {TRAINING_STEPS + 1} like the "
-            f"original: {plural(len(outputs), 'output')} and {plural(len(grads(source)), 'grad')} bit-identical")
+    return (f"{trained}; a fresh module loaded from the checkpoint, and one loaded from that module's own checkpoint "
+            f"saved before its first forward, compute step {step} like the original: "
+            f"{plural(len(outputs), 'output')} and {plural(len(grads(source)), 'grad')} bit-identical")

@@ -9,6 +9,7 @@ import pathlib
 from . import (lifecycle_lazy, lifecycle_values, module_fp8_linear, module_norm, module_refops_caches,
                module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4,
                quantizer_per_tensor)
+from . import quantizer_ao_float8, quantizer_ao_mx, quantizer_torch_cast
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
@@ -20,6 +21,9 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *quantizer_mxfp8.CASES,
     *quantizer_block_fp8.CASES,
     *quantizer_nvfp4.CASES,
+    *quantizer_ao_float8.CASES,
+    *quantizer_ao_mx.CASES,
+    *quantizer_torch_cast.CASES,
     *module_fp8_linear.CASES,
     *module_norm.CASES,
     *module_training.CASES,

@@ -9,7 +9,8 @@ import pathlib
 from . import (lifecycle_lazy, lifecycle_values, module_fp8_linear, module_norm, module_refops_caches,
                module_training, quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4,
                quantizer_per_tensor)
-from . import module_ao_mxfp8_linear, module_torch_gelu, quantizer_ao_float8, quantizer_ao_mx, quantizer_torch_cast
+from . import (lifecycle_ao_conversion, lifecycle_torch_load, module_ao_mxfp8_linear, module_torch_gelu,
+               quantizer_ao_float8, quantizer_ao_mx, quantizer_torch_cast)
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
@@ -32,6 +33,8 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *module_torch_gelu.CASES,
     *lifecycle_lazy.CASES,
     *lifecycle_values.CASES,
+    *lifecycle_ao_conversion.CASES,
+    *lifecycle_torch_load.CASES,
 )
 
 

@@ -20,6 +20,11 @@ MISSED_BUGS: dict[str, str] = {
         "every output grad compare_modules' script hands the backward is contiguous, so a backward that reads "
         "the output grad's memory as row-major computes right every time; only a non-contiguous output grad "
         "(the output transposed downstream) shows it, and no scenario passes one",
+    "load_state_dict_assign_unfreezes_parameter":
+        "load_state_dict_assign_into_meta loads into a meta-built module whose parameters are all trainable, "
+        "and requires_grad_kept freezes a parameter only before reset_parameters, to_empty and the first "
+        "forward: no property freezes one before load_state_dict(assign=True), so a flag taken from the "
+        "checkpoint (True) instead of the module goes unseen",
 }
 
 #: case name -> why the oracle fails the correct twin (a false alarm)

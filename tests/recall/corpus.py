@@ -6,9 +6,11 @@ import dataclasses
 import functools
 import pathlib
 
-from . import (lifecycle_lazy, lifecycle_te_module_api, lifecycle_values, module_fp8_linear, module_norm,
-               module_refops_caches, module_te_linear, module_training, quantizer_block_fp8, quantizer_layout,
-               quantizer_mxfp8, quantizer_nvfp4, quantizer_per_tensor, quantizer_te_scaling)
+from . import (lifecycle_ao_conversion, lifecycle_lazy, lifecycle_te_module_api, lifecycle_torch_load,
+               lifecycle_values, module_ao_mxfp8_linear, module_fp8_linear, module_norm, module_refops_caches,
+               module_te_linear, module_torch_gelu, module_training, quantizer_ao_float8, quantizer_ao_mx,
+               quantizer_block_fp8, quantizer_layout, quantizer_mxfp8, quantizer_nvfp4, quantizer_per_tensor,
+               quantizer_te_scaling, quantizer_torch_cast)
 from .cases import RecallCase
 from .known_gaps import FAILED_TWINS, MISSED_BUGS
 
@@ -21,14 +23,21 @@ ALL_CASES: tuple[RecallCase, ...] = (
     *quantizer_block_fp8.CASES,
     *quantizer_nvfp4.CASES,
     *quantizer_te_scaling.CASES,
+    *quantizer_ao_float8.CASES,
+    *quantizer_ao_mx.CASES,
+    *quantizer_torch_cast.CASES,
     *module_fp8_linear.CASES,
     *module_norm.CASES,
     *module_training.CASES,
     *module_refops_caches.CASES,
     *module_te_linear.CASES,
+    *module_ao_mxfp8_linear.CASES,
+    *module_torch_gelu.CASES,
     *lifecycle_lazy.CASES,
     *lifecycle_values.CASES,
     *lifecycle_te_module_api.CASES,
+    *lifecycle_ao_conversion.CASES,
+    *lifecycle_torch_load.CASES,
 )
 
 

@@ -11,15 +11,6 @@ MISSED_BUGS: dict[str, str] = {
         "an opaque candidate exposes no quantized operands, and a scale one ulp off is far inside the "
         "numerics tier's spread; only refops_quantized_operands() (or check_quantizer on the fused kernel) "
         "would show the bytes",
-    "mxfp8_backward_requires_contiguous_grad":
-        "every output grad compare_modules' script hands the backward is contiguous (its default grads, or "
-        "grad_output as given); 'input layouts' varies the inputs only, so a backward that needs a contiguous "
-        "output grad never meets a non-contiguous one (an output-grad layouts step, dy transposed back and "
-        "behind a storage offset, would raise it)",
-    "gelu_backward_reads_strided_grad_as_contiguous":
-        "every output grad compare_modules' script hands the backward is contiguous, so a backward that reads "
-        "the output grad's memory as row-major computes right every time; only a non-contiguous output grad "
-        "(the output transposed downstream) shows it, and no scenario passes one",
     "load_state_dict_assign_unfreezes_parameter":
         "load_state_dict_assign_into_meta loads into a meta-built module whose parameters are all trainable, "
         "and requires_grad_kept freezes a parameter only before reset_parameters, to_empty and the first "

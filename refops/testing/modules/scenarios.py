@@ -10,7 +10,8 @@ cleared ``.grad``\\ s. The scenarios, in the order they run (:data:`SCENARIOS`):
 * ``"grad scales"``: output grads of realistic magnitudes, far from unit scale (2^-24 and 2^8; 2^-12 and
   2^4 for fp16 outputs): a grad cast with a stale or unit scale underflows or saturates;
 * ``"input layouts"``: the same values non-contiguous (a transposed-back view) and starting partway into
-  their storage: a kernel that reads its input's memory as contiguous, or from the storage's start, shows;
+  their storage, the inputs first, then the output grad: a kernel that reads its input's (or its backward's
+  output grad's) memory as contiguous, or from the storage's start, shows;
 * ``"row-spread input"``: the inputs' rows scaled by powers of two from 2^-8 to 2^8, so that a row-wise and
   a column-wise quantization of them differ (a GEMM that reads the wrong copy shows);
 * ``"microbatches"``: forward 1, forward 2 (other values, another amax), backward 1, backward 2, the
@@ -149,17 +150,19 @@ class _Script:
                     out[(scenario, step, label)] = g.detach().clone()
 
     def forward_backward_on(self, side: Side, scenario: str, step: str, inputs: Sequence[Any], *,
-                            magnitude: float = 1.0) -> None:
-        """One forward and backward of ``side`` from cleared grads, recorded under ``(scenario, step)``."""
+                            magnitude: float = 1.0, grad_layout: Callable[[Any], Any] = lambda g: g) -> None:
+        """One forward and backward of ``side`` from cleared grads, recorded under ``(scenario, step)``; the
+        output grad's values as always, laid out by ``grad_layout``."""
         side.clear_grads()
         y, _ = side.forward(inputs)
-        grads = side.backward(self.grad(y, magnitude=magnitude))
+        grads = side.backward(grad_layout(self.grad(y, magnitude=magnitude)))
         side.done()
         self.record(side, scenario, step, y, grads)
 
     def forward_backward(self, scenario: str, step: str, inputs: Sequence[Any], *, magnitude: float = 1.0,
-                         observed: bool = False) -> None:
-        self.each(lambda side: self.forward_backward_on(side, scenario, step, inputs, magnitude=magnitude),
+                         observed: bool = False, grad_layout: Callable[[Any], Any] = lambda g: g) -> None:
+        self.each(lambda side: self.forward_backward_on(side, scenario, step, inputs, magnitude=magnitude,
+                                                        grad_layout=grad_layout),
                   f"{scenario}, {step}" if step else scenario, observed=observed)
 
 
@@ -178,6 +181,12 @@ def _input_layouts(script: _Script) -> None:
     if any(non_contiguous(x) is not x for x in script.inputs):
         script.forward_backward("input layouts", "non-contiguous", [non_contiguous(x) for x in script.inputs])
     script.forward_backward("input layouts", "storage offset", [with_storage_offset(x) for x in script.inputs])
+    # The output grad arrives as the op downstream produced it: a transpose's backward hands a strided one.
+    if script._output_like is not None and script._output_like.dim() >= 2:
+        script.forward_backward("input layouts", "output grad non-contiguous", script.inputs,
+                                grad_layout=non_contiguous)
+    script.forward_backward("input layouts", "output grad storage offset", script.inputs,
+                            grad_layout=with_storage_offset)
 
 
 def _row_spread(script: _Script) -> None:

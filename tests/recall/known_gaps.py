@@ -11,11 +11,6 @@ MISSED_BUGS: dict[str, str] = {
         "an opaque candidate exposes no quantized operands, and a scale one ulp off is far inside the "
         "numerics tier's spread; only refops_quantized_operands() (or check_quantizer on the fused kernel) "
         "would show the bytes",
-    "load_state_dict_assign_unfreezes_parameter":
-        "load_state_dict_assign_into_meta loads into a meta-built module whose parameters are all trainable, "
-        "and requires_grad_kept freezes a parameter only before reset_parameters, to_empty and the first "
-        "forward: no property freezes one before load_state_dict(assign=True), so a flag taken from the "
-        "checkpoint (True) instead of the module goes unseen",
 }
 
 #: case name -> why the oracle fails the correct twin (a false alarm)

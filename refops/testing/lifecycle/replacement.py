@@ -28,6 +28,7 @@ from .evidence import (
     quantization_differences,
     storage_keys,
 )
+from .materialization import parameters_to_freeze
 from .probe import NotApplicable, Subject, Violation
 from .steps import run_step, trainable
 
@@ -168,11 +169,18 @@ def _differing_grads(module: torch.nn.Module, twin: torch.nn.Module) -> list[str
 
 
 def load_state_dict_assign_into_meta(s: Subject) -> str:
-    """``load_state_dict(state, assign=True)`` into a meta-built module materializes it and keeps aliases."""
+    """``load_state_dict(state, assign=True)`` into a meta-built module materializes it, keeps aliases, and keeps
+    each parameter's ``requires_grad`` as the module set it (one owner is frozen first, in the source too; the
+    checkpoint's plain tensors carry no flag, and the module's must win)."""
     source = s.eager(seed_offset=1)
     trainable(source)
-    state = _clone_keeping_ties(source.state_dict())
     module = s.meta()
+    frozen = parameters_to_freeze(module)
+    for m in (source, module):
+        named = dict(m.named_parameters(remove_duplicate=False))
+        for name in frozen:
+            named[name].requires_grad_(False)
+    state = _clone_keeping_ties(source.state_dict())
     before = alias_structure(module)
     try:
         module.load_state_dict(state, assign=True)
@@ -180,6 +188,10 @@ def load_state_dict_assign_into_meta(s: Subject) -> str:
         raise Violation(f"load_state_dict(assign=True) raised {describe_exception(error)}") from error
     problems = compare_tensors(named_tensors(module), named_tensors(source), what="tensor", device=s.device)
     problems += alias_changes(before, alias_structure(module))
+    loaded = dict(module.named_parameters(remove_duplicate=False))
+    thawed = [name for name in frozen if name in loaded and loaded[name].requires_grad]
+    if thawed:
+        problems.append(f"requires_grad became True on the frozen {', '.join(thawed)}")
     ran = ""
     if s.inputs is not None:
         outputs = run_step(s, module, "after loading")
@@ -189,7 +201,9 @@ def load_state_dict_assign_into_meta(s: Subject) -> str:
         ran = "; forward and backward match the source and grads land on the loaded parameters"
     if problems:
         raise Violation("; ".join(problems))
-    return f"{plural(len(named_tensors(module)), 'tensor')} loaded bit-identically; {describe_aliases(before)}{ran}"
+    kept = f"; {', '.join(frozen)} stayed frozen" if frozen else ""
+    return (f"{plural(len(named_tensors(module)), 'tensor')} loaded bit-identically; {describe_aliases(before)}"
+            f"{kept}{ran}")
 
 
 def _clone_keeping_ties(state: dict) -> dict:

@@ -1,8 +1,8 @@
 """The scripts under ``benchmarks/``: without a GPU they say why they measure nothing; the byte count they report.
 
-A benchmark or diagnostic that cannot run exits with a clear message instead of a traceback. The two
-measuring scripts exit 0 (nothing to measure is not an error in a CPU job). The profiling driver exits 1,
-because a profiler run that profiled nothing failed.
+A benchmark that cannot run exits with a clear message instead of a traceback. The measuring scripts exit 0
+(nothing to measure is not an error in a CPU job). The profiling driver exits 1, because a profiler run that
+profiled nothing failed.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     ("script", "args", "returncode", "message"),
     [
-        ("diag_access_patterns.py", [], 0, "no CUDA device: nothing to measure"),
         ("bench_fastpath.py", ["--quick", "--parts", "kernels"], 0, "nothing measured"),
         ("profile_cases.py", ["amax"], 1, "needs a GPU with CuPy"),
         ("bench_vs_te.py", [], 0, "torch reports no CUDA device: nothing measured"),
@@ -114,49 +113,6 @@ def test_the_report_puts_host_times_beside_the_machine_probe(tmp_path):
     text = path.read_text()
     assert "Host speed probe of this machine: 4.00 us" in text
     assert "| fastpath, bf16 | 600.0 | 3 % | 150 | fastpath: 300.0 |" in text
-
-
-RUN45 = ROOT / "benchmarks" / "results" / "h200-2026-12-01-run45"
-
-
-def test_nvfp4_issue_bound_reads_the_recorded_run():
-    """GPU run 45's counts: the time at the H200's peak issue rate against the floor, measured and modelled."""
-    bound = _benchmark_module("nvfp4_issue_bound")
-    report = bound.read_run(RUN45)
-    assert report.gpu == bound.Gpu("NVIDIA H200", 132, 1980.0)
-    assert report.gpu.warp_instructions_per_second == pytest.approx(1.04544e12)
-    rows = {bound.option_set(r.kernel): r for r in report.rows}
-    assert set(rows) == {"std", "2d", "rht", "sr_rht", "4o6", "sr", "2d_sr", "4o6_2d"}
-    assert rows["std"].warp_instructions == 122_955_456
-    # 85 % of run 45's 4163 GB/s copy, for 400 MiB, and for 656 MiB with the SR forms' random bytes
-    assert rows["std"].floor_ms == pytest.approx(0.11853, abs=1e-5)
-    assert rows["sr_rht"].floor_ms == pytest.approx(0.19439, abs=1e-5)
-    assert report.peak_issue_ms(rows["std"].warp_instructions) == pytest.approx(0.11761, abs=1e-5)
-    measured_over = {n for n, r in rows.items() if report.peak_issue_ms(r.warp_instructions) > r.floor_ms}
-    assert measured_over == {"2d", "rht", "sr_rht", "4o6", "4o6_2d"}
-    # The model: 4over6 is over the floor even with every product folded into its roundings.
-    assert rows["4o6"].model_per_element == 34 and rows["4o6"].model_folded_per_element == 30
-    assert report.model_ms(30) == pytest.approx(0.12036, abs=1e-5)
-    model_over = {n for n, r in rows.items() if report.model_ms(r.model_folded_per_element) > r.floor_ms}
-    assert model_over == {"4o6", "4o6_2d"}
-
-
-def test_nvfp4_issue_bound_cli_and_bad_input(tmp_path):
-    script = ROOT / "benchmarks" / "nvfp4_issue_bound.py"
-    done = subprocess.run([sys.executable, str(script), str(RUN45)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "| 4o6 | 400 | 0.1185 | 267.0 | 63.65 | 0.2554 |" in done.stdout
-    assert done.stdout.count("| no |") == 2, done.stdout
-    usage = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
-    assert usage.returncode == 2 and "usage:" in usage.stdout
-    bound = _benchmark_module("nvfp4_issue_bound")
-    with pytest.raises(ValueError, match="unknown NVFP4 pass-2 option set 'mxfp8'"):
-        bound.per_element("mxfp8")
-    with pytest.raises(ValueError, match="not an NVFP4 pass-2 kernel name"):
-        bound.option_set("cast_fp8_bf16")
-    (tmp_path / "ncu_pass2.txt").write_text('"ID","Process ID"\n')
-    with pytest.raises(ValueError, match="lacks the GPU lines"):
-        bound.parse_ncu(tmp_path / "ncu_pass2.txt")
 
 
 # ------------------------------------------------------------------ bench_vs_te.py (TE side by side)

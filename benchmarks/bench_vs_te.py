@@ -63,7 +63,8 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # peers.py and nvfp4_vs_compile.py beside this script
 
 import torch  # noqa: E402
-from _timing import event_intervals_ms  # noqa: E402
+
+from fastpath.benchmark.timing import event_intervals_ms  # noqa: E402
 
 RECORD_KEYS = ("work", "te_ms", "refops_ms", "ratio")
 

@@ -1,4 +1,5 @@
-"""The scripts under ``benchmarks/``: without a GPU they say why they measure nothing; the byte count they report.
+"""The scripts under ``benchmarks/`` and the fast path's benchmark (``fastpath.benchmark``): without a GPU they say
+why they measure nothing; the byte count they report.
 
 A benchmark that cannot run exits with a clear message instead of a traceback. The measuring scripts exit 0
 (nothing to measure is not an error in a CPU job). The profiling driver exits 1, because a profiler run that
@@ -8,6 +9,7 @@ profiled nothing failed.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import subprocess
 import sys
@@ -15,7 +17,12 @@ import sys
 import pytest
 import torch
 
+from fastpath.benchmark import kernel_cases, pipeline, report
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: The scripts import this tree's packages, wherever refops is installed from.
+SCRIPT_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these scripts measure for minutes")
 @pytest.mark.parametrize(
@@ -30,7 +37,7 @@ def test_script_without_a_gpu_says_why(script, args, returncode, message, tmp_pa
     if script == "bench_fastpath.py":
         args = [*args, "--out", str(tmp_path)]
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+                          text=True, timeout=300, cwd=tmp_path, env=SCRIPT_ENV)
     assert done.returncode == returncode, done.stdout + done.stderr
     assert message in done.stdout, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -46,8 +53,7 @@ def _benchmark_module(name: str):
 
 def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
     """Bytes of a case: distinct tensors read (not those listed as unread) plus distinct new outputs."""
-    cases = _benchmark_module("_kernel_cases")
-    Case, charged_bytes = cases.Case, cases.charged_bytes
+    Case, charged_bytes = kernel_cases.Case, kernel_cases.charged_bytes
     dy, x = torch.zeros(4, 8), torch.zeros(4, 8)  # 128 bytes each
     dx = torch.zeros(4, 8)
     case = Case("backward", "activation", "activation_backward", (dy, x, "relu"), {})
@@ -59,7 +65,7 @@ def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
 
 def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method():
     """Benchmark and profiler call ``Case.fn`` (one kernel of a multi-kernel method) where it is given."""
-    Case = _benchmark_module("_kernel_cases").Case
+    Case = kernel_cases.Case
 
     class Backend:
         def quantize(self, x, *, scale):
@@ -76,7 +82,6 @@ def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method
 
 def test_host_time_is_the_median_of_batch_means_with_their_spread(monkeypatch):
     """A slow batch (a busy machine for a moment) moves the spread, not the figure."""
-    pipeline = _benchmark_module("_pipeline")
     clock = {"now": 0.0, "calls": 0}
     batch_costs_s = [10e-6, 10e-6, 40e-6, 12e-6, 10e-6]  # per call, by batch of 3 calls
 
@@ -93,7 +98,6 @@ def test_host_time_is_the_median_of_batch_means_with_their_spread(monkeypatch):
 
 def test_host_time_of_the_reference_pipeline_runs_on_cpu():
     """The host measurement itself needs no GPU: on CPU it times the reference backend's forward."""
-    pipeline = _benchmark_module("_pipeline")
     result = pipeline.measure_host("reference, bf16", "reference", None, device=torch.device("cpu"),
                                    forwards=8, batches=4, profiled=2)
     assert result.us_per_forward > 0 and result.batches == 4 and result.spread_pct >= 0
@@ -102,7 +106,6 @@ def test_host_time_of_the_reference_pipeline_runs_on_cpu():
 
 
 def test_the_report_puts_host_times_beside_the_machine_probe(tmp_path):
-    report = _benchmark_module("_report")
     data = {"meta": {"device": "cpu", "torch": "x", "cupy": "y", "date": "d", "kernel_shape": [2, 2],
                      "kernel_mib": 0.0},
             "host_probe_us": 4.0,

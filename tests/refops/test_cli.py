@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import pathlib
 import sys
 
 import pytest
@@ -143,7 +142,18 @@ def test_bench_says_why_it_cannot_run_without_a_gpu(capsys):
         pytest.skip("a GPU is present: the benchmarks run for real (see docs/benchmarks.md)")
     assert main(["bench"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
-    assert pathlib.Path(__file__).resolve().parents[2].joinpath("benchmarks").is_dir()
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch
+def test_bench_runs_the_fast_path_benchmark_module_in_a_subprocess(capfd):
+    """``refops bench -- ARGS`` is ``python -m fastpath.benchmark ARGS`` in a child of this interpreter: refops does
+    not import fastpath, and the benchmark ships in the package (its help needs no GPU)."""
+    from refops.cli import bench_cmd
+
+    assert bench_cmd.benchmark_command(["--quick"]) == [sys.executable, "-m", "fastpath.benchmark", "--quick"]
+    assert main(["bench", "--", "--help"]) == 0
+    out = capfd.readouterr().out
+    assert out.startswith("usage: python -m fastpath.benchmark") and "--parts PARTS" in out
 
 
 def test_check_holds_a_quantized_pipeline_to_the_sqnr_floor_on_the_fast_path(monkeypatch):

@@ -193,10 +193,12 @@ def test_bench_vs_te_sides_run_on_cpu_with_the_reference():
     x = torch.randn(64, 128).to(torch.bfloat16).requires_grad_(True)
     dy = torch.randn(64, 128).to(torch.bfloat16)
     for recipe in (None, "fp8_current", "fp8_delayed", "fp8_block"):
-        step, model = bench.make_step(refops, refops.autocast, bench._refops_recipe(recipe), sizes, cpu, values, x, dy)
+        context = bench.refops_context(bench._refops_recipe(recipe))
+        step, model = bench.make_step(refops.ops, context, sizes, cpu, values, x, dy)
         step()
         assert step.y.shape == (64, 128) and x.grad.shape == (64, 128), recipe
-        assert torch.equal(model[2].weight.detach(), values[1][0]) and torch.equal(model[2].bias.detach(), values[1][1])
+        assert torch.equal(model[2].weight.detach(), values["2.weight"])
+        assert torch.equal(model[2].bias.detach(), values["2.bias"])
     assert bench.sqnr_db(step.y, step.y) == float("inf")
     m = k = 128
     xq = torch.randn(m, k).to(torch.bfloat16) * 3
@@ -224,3 +226,47 @@ def test_the_oracle_budget_benchmark_writes_one_row_per_recipe(tmp_path):
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "recipe" not in line]
     assert [r.split(" | ")[0].lstrip("| ") for r in rows] == ["none", *__import__("refops.testing").testing.RECIPE_NAMES]
     assert all(" | True | " in r for r in rows)  # every report ok: refops against itself
+
+
+def test_bench_vs_te_te_side_runs_through_the_oracle_adapters_on_cpu(monkeypatch):
+    """TE's side of every row is made by ``refops.testing.transformer_engine``'s adapters; with refops standing in
+    for TE (``tests/refops/_fake_te.py``) both sides hold the same bytes and compute the same step."""
+    sys.path.insert(0, str(ROOT / "tests" / "refops"))
+    try:
+        from _fake_te import install_refops_as_te
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "refops"))
+    import refops
+
+    install_refops_as_te(monkeypatch, version="0.0+refops")
+    bench = _benchmark_module("bench_vs_te")
+    te, reason = bench.load_te()
+    assert reason is None and te.version == "0.0+refops"
+    cpu = torch.device("cpu")
+    m = k = 128
+    x = torch.randn(m, k).to(torch.bfloat16) * 3
+    for recipe in ("fp8_current", "fp8_delayed", "fp8_block_1x128", "fp8_block_128x128"):
+        ours, theirs = bench.refops_quantizer(recipe, cpu).quantize(x), bench.te_quantizer(recipe, cpu).quantize(x)
+        assert bench.compare_bytes(bench.quantized_arrays(ours, recipe, m, k),
+                                   bench.quantized_arrays(theirs, recipe, m, k)) == (True, ""), recipe
+    with pytest.raises(ValueError, match="no TE quantizer for 'mxfp8'"):
+        bench.te_quantizer("mxfp8", cpu)
+    sizes = bench.Sizes(size=128, tokens=64, hidden=128, ffn=256)
+    values = bench._parameter_values(sizes, cpu)
+    x = torch.randn(64, 128).to(torch.bfloat16).requires_grad_(True)
+    dy = torch.randn(64, 128).to(torch.bfloat16)
+    for recipe in (None, "fp8_current"):
+        refops_recipe = bench._refops_recipe(recipe)
+        outputs = []
+        for ops, context in ((te.pytorch.ops, bench.te_context(refops_recipe)),
+                             (refops.ops, bench.refops_context(refops_recipe))):
+            step, _ = bench.make_step(ops, context, sizes, cpu, values, x, dy)
+            step()
+            outputs.append((step.y.detach().clone(), x.grad.detach().clone()))
+        assert bench.sqnr_db(outputs[0][0], outputs[1][0]) == float("inf"), recipe
+        assert torch.equal(outputs[0][1], outputs[1][1]), recipe
+
+    monkeypatch.undo()  # TE's stand-in out
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)
+    te, reason = bench.load_te()
+    assert te is None and reason.startswith("bench_vs_te.py needs TransformerEngine, which is not installed here")

@@ -8,21 +8,22 @@ Rows (``--rows`` takes their keys, or substrings of them):
 
 * quantize rows: one ``size x size`` bf16 tensor quantized row-wise and column-wise by each side's quantizer
   object (``quantizer.quantize(x)``): FP8 current scaling and delayed scaling (E4M3), FP8 block scaling 1x128
-  and 128x128 (E4M3, power-of-two scales). TE: ``transformer_engine.pytorch``'s ``Float8CurrentScalingQuantizer``,
-  ``Float8Quantizer``, ``Float8BlockQuantizer``; refops: ``refops.quantization``'s classes of the same names,
-  with ``refops.use_backend("fastpath")``. Before timing, both sides' data and scale bytes are compared (the
-  ``same_bytes`` key). MXFP8 and NVFP4 have no TE kernel on sm_90 (TE needs compute capability 10.0), so their
-  rows compare refops with a ``torch.compile``'d plain-torch formulation that produces the same bytes (asserted:
-  ``peers.mxfp8`` and ``nvfp4_vs_compile.peer``); the ``te_ms`` of those rows is that peer's time and their
-  ``baseline`` key says so.
+  and 128x128 (E4M3, power-of-two scales). refops: ``refops.quantization``'s ``Float8CurrentScalingQuantizer``,
+  ``Float8Quantizer``, ``Float8BlockQuantizer``, with ``refops.use_backend("fastpath")``; TE: the quantizer of
+  the same class and options (``refops.testing.transformer_engine.te_quantizer``). Before timing, both sides'
+  data and scale bytes are compared (the ``same_bytes`` key). MXFP8 and NVFP4 have no TE kernel on sm_90 (TE
+  needs compute capability 10.0), so their rows compare refops with a ``torch.compile``'d plain-torch
+  formulation that produces the same bytes (asserted: ``peers.mxfp8`` and ``nvfp4_vs_compile.peer``); the
+  ``te_ms`` of those rows is that peer's time and their ``baseline`` key says so.
 * training-step rows: ``Sequential(Linear(hidden, ffn), GELU(), Linear(ffn, hidden))`` in bf16 with biases, one
   forward (inside ``autocast(recipe=...)``; none for the bf16 row) and one backward with a fixed ``dy``, the
   input requiring grad, every grad set to None before the step, no optimizer. TE: ``te.ops.Sequential(
-  te.ops.Linear, te.ops.GELU, te.ops.Linear)`` under ``te.autocast``; refops: ``refops.ops.Sequential(
-  refops.ops.Linear, refops.ops.GELU, refops.ops.Linear)`` under ``refops.autocast``, fast-path backend. Both
-  sides hold the same parameter values and get the same ``x`` and ``dy``; the SQNR of refops's output and input
-  grad against TE's is recorded (``sqnr_y_db``, ``sqnr_dx_db``). Recipes: each library's default
-  ``DelayedScaling()``, ``Float8CurrentScaling()``, ``Float8BlockScaling()``.
+  te.ops.Linear, te.ops.GELU, te.ops.Linear)`` under ``te.autocast`` (``candidate_context`` of
+  ``refops.testing.transformer_engine``); refops: ``refops.ops.Sequential(refops.ops.Linear, refops.ops.GELU,
+  refops.ops.Linear)`` under ``refops.autocast``, fast-path backend. Both sides hold the same parameter values
+  (``copy_values``) and get the same ``x`` and ``dy``; the SQNR of refops's output and input grad against TE's
+  is recorded (``sqnr_y_db``, ``sqnr_dx_db``). Recipes: refops' default ``DelayedScaling()``,
+  ``Float8CurrentScaling()``, ``Float8BlockScaling()``, and TE's with the same settings (``te_recipe``).
 
 Every time is the median of ``--reps`` CUDA-event intervals between consecutive calls after warm-up:
 
@@ -43,6 +44,10 @@ Records: ``OUTDIR/vs_te.json`` (a list of rows: ``work``, ``te_ms``, ``refops_ms
 te_ms, and the extra keys above; ``te_ms`` and ``ratio`` are null, with ``te_skipped`` saying why, where the
 baseline cannot run) and ``OUTDIR/vs_te.md`` (a markdown table of the same). Without a GPU the script says why
 and exits 0; without TransformerEngine the TE columns are skipped with the import error as the reason.
+
+TE's objects come from the oracle's adapters (``refops.testing.transformer_engine``): the quantizer, the recipe,
+the autocast, the parameter copy and the quantized arrays read the same way as in ``python -m refops
+conformance``.
 """
 
 from __future__ import annotations
@@ -63,7 +68,9 @@ HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # peers.py and nvfp4_vs_compile.py beside this script
 
 import torch  # noqa: E402
-from _timing import event_intervals_ms  # noqa: E402
+
+from fastpath.benchmark.timing import event_intervals_ms  # noqa: E402
+from refops.testing import sqnr_db  # noqa: E402,F401  (the SQNR of the records, and of the tests)
 
 RECORD_KEYS = ("work", "te_ms", "refops_ms", "ratio")
 
@@ -289,12 +296,14 @@ def device_ms(fn: Callable[[], Any], reps: int, host_ms_per_call: float) -> floa
 
 # ------------------------------------------------------------------------------------------ the sides
 def load_te() -> tuple[Any, Optional[str]]:
-    """``(transformer_engine.pytorch, None)``, or ``(None, reason)`` when it does not import."""
+    """``(TransformerEngine, None)`` (the adapters' handle: ``.pytorch``, ``.recipe``, ``.version``), or
+    ``(None, reason)`` when it does not import."""
+    from refops.testing.transformer_engine import TransformerEngineUnavailable, import_te
+
     try:
-        import transformer_engine.pytorch as te  # noqa: F401
-    except Exception as exc:  # ImportError, or a TE built for another torch / CUDA
-        return None, f"TransformerEngine does not import ({type(exc).__name__}: {str(exc).splitlines()[0]})"
-    return te, None
+        return import_te("bench_vs_te.py"), None
+    except TransformerEngineUnavailable as exc:  # not installed, or built for another torch / CUDA
+        return None, str(exc)
 
 
 def load_refops_fastpath() -> tuple[Any, Any]:
@@ -334,25 +343,27 @@ def refops_quantizer(recipe: str, device: torch.device) -> Any:
     raise ValueError(f"refops_quantizer: unknown recipe {recipe!r}")
 
 
-def te_quantizer(te: Any, recipe: str, device: torch.device) -> Any:
-    import transformer_engine_torch as tex
+#: The quantize rows TE has a kernel for on sm_90.
+_TE_QUANTIZERS = ("fp8_current", "fp8_delayed", "fp8_block_1x128", "fp8_block_128x128")
 
-    e4m3 = tex.DType.kFloat8E4M3
-    if recipe == "fp8_current":
-        return te.Float8CurrentScalingQuantizer(e4m3, device=device, rowwise=True, columnwise=True)
-    if recipe == "fp8_delayed":
-        return te.Float8Quantizer(scale=torch.ones(1, device=device), amax=torch.zeros(1, device=device),
-                                  fp8_dtype=e4m3, rowwise=True, columnwise=True)
-    if recipe.startswith("fp8_block"):
-        return te.Float8BlockQuantizer(fp8_dtype=e4m3, rowwise=True, columnwise=True,
-                                       block_scaling_dim=1 if recipe.endswith("1x128") else 2)
-    raise ValueError(f"te_quantizer: no TE quantizer for {recipe!r} on this GPU")
+
+def te_quantizer(recipe: str, device: torch.device) -> Any:
+    """TE's quantizer of the same class and options as :func:`refops_quantizer` for ``recipe``."""
+    from refops.testing.transformer_engine import te_quantizer as te_quantizer_like
+
+    if recipe not in _TE_QUANTIZERS:
+        raise ValueError(f"te_quantizer: no TE quantizer for {recipe!r} on this GPU")
+    return te_quantizer_like(refops_quantizer(recipe, device), device=device)
 
 
 def quantized_arrays(q: Any, recipe: str, m: int, k: int) -> dict[str, torch.Tensor]:
-    """The data and the valid region of the scales of a TE or refops quantized tensor (same attribute names)."""
+    """The data of both usages and the valid region of the scales of a TE or refops quantized tensor
+    (``quantized_fields``: the padding of a scale array is no byte either side promises)."""
+    from refops.testing.transformer_engine import quantized_fields
+
+    row, col = quantized_fields(q, "rowwise"), quantized_fields(q, "columnwise")
     if recipe in ("fp8_current", "fp8_delayed"):
-        return {"data": q._data, "transpose": q._transpose, "scale_inv": q._scale_inv.reshape(-1)[:1]}
+        return {"data": row["data"], "transpose": col["data"], "scale_inv": row["scale_inv"][:1]}
     bk, bm = -(-k // 128), -(-m // 128)
     if recipe == "fp8_block_1x128":
         valid = {"row": (bk, m), "col": (bm, k)}
@@ -360,9 +371,9 @@ def quantized_arrays(q: Any, recipe: str, m: int, k: int) -> dict[str, torch.Ten
         valid = {"row": (bm, bk), "col": (bk, bm)}
     else:
         raise ValueError(f"quantized_arrays: {recipe!r}")
-    return {"row data": q._rowwise_data, "col data": q._columnwise_data,
-            "row scales": q._rowwise_scale_inv[: valid["row"][0], : valid["row"][1]],
-            "col scales": q._columnwise_scale_inv[: valid["col"][0], : valid["col"][1]]}
+    return {"row data": row["data"], "col data": col["data"],
+            "row scales": row["scale_inv"][: valid["row"][0], : valid["row"][1]],
+            "col scales": col["scale_inv"][: valid["col"][0], : valid["col"][1]]}
 
 
 def compare_bytes(ours: dict[str, torch.Tensor], theirs: dict[str, torch.Tensor]) -> tuple[bool, str]:
@@ -411,37 +422,16 @@ def refops_peer_outputs(q: Any, recipe: str, m: int, k: int) -> tuple[torch.Tens
 
 
 # ------------------------------------------------------------------------------------------ training step
-def _parameter_values(sizes: Sizes, device: torch.device) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """``[(w1, b1), (w2, b2)]``: the two linears' weights and biases, the same values for both sides."""
+def _parameter_values(sizes: Sizes, device: torch.device) -> dict[str, torch.Tensor]:
+    """The two linears' weights and biases by parameter name, the same values for both sides."""
     g = torch.Generator(device=device).manual_seed(0)
     h, f = sizes.hidden, sizes.ffn
 
     def randn(*shape: int, scale: float) -> torch.Tensor:
         return (torch.randn(*shape, generator=g, device=device) * scale).to(torch.bfloat16)
 
-    return [(randn(f, h, scale=h ** -0.5), randn(f, scale=0.1)), (randn(h, f, scale=f ** -0.5), randn(h, scale=0.1))]
-
-
-def _load_values(model: Any, values: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-    """Copy ``values`` into the linears ``model[0]`` and ``model[2]`` (the weight is the 2-D parameter)."""
-    with torch.no_grad():
-        for index, (weight, bias) in zip((0, 2), values):
-            params = list(model[index].parameters())
-            if sorted(tuple(p.shape) for p in params) != sorted([tuple(weight.shape), tuple(bias.shape)]):
-                raise RuntimeError(f"bench_vs_te.py: linear {index} has parameters "
-                                   f"{[tuple(p.shape) for p in params]}, expected a weight {tuple(weight.shape)} "
-                                   f"and a bias {tuple(bias.shape)}")
-            for p in params:
-                p.copy_(weight if p.dim() == 2 else bias)
-
-
-def _te_recipe(recipe: Optional[str]) -> Any:
-    if recipe is None:
-        return None
-    from transformer_engine.common import recipe as te_recipes
-
-    return {"fp8_current": te_recipes.Float8CurrentScaling, "fp8_delayed": te_recipes.DelayedScaling,
-            "fp8_block": te_recipes.Float8BlockScaling}[recipe]()
+    return {"0.weight": randn(f, h, scale=h ** -0.5), "0.bias": randn(f, scale=0.1),
+            "2.weight": randn(h, f, scale=f ** -0.5), "2.bias": randn(h, scale=0.1)}
 
 
 def _refops_recipe(recipe: Optional[str]) -> Any:
@@ -453,42 +443,45 @@ def _refops_recipe(recipe: Optional[str]) -> Any:
             "fp8_block": refops_recipes.Float8BlockScaling}[recipe]()
 
 
-def make_step(lib: Any, autocast: Callable[..., Any], recipe: Any, sizes: Sizes, device: torch.device,
-              values: list, x: torch.Tensor, dy: torch.Tensor) -> tuple[Callable[[], None], torch.nn.Module]:
-    """One forward (under ``autocast``) + backward of ``lib.ops.Sequential(Linear, GELU, Linear)``."""
+def refops_context(recipe: Any) -> Callable[[], Any]:
+    """The forward's context on refops's side: ``refops.autocast`` with ``recipe`` (off for None)."""
+    import refops
+
+    return lambda: refops.autocast(enabled=recipe is not None, recipe=recipe)
+
+
+def te_context(recipe: Any) -> Callable[[], Any]:
+    """The forward's context on TE's side: TE's ``autocast`` with TE's version of the refops ``recipe``."""
+    from refops.testing.transformer_engine import candidate_context
+
+    return candidate_context(recipe)
+
+
+def make_step(ops: Any, context: Callable[[], Any], sizes: Sizes, device: torch.device,
+              values: dict[str, torch.Tensor], x: torch.Tensor,
+              dy: torch.Tensor) -> tuple[Callable[[], None], torch.nn.Module]:
+    """One forward (inside ``context()``) + backward of ``ops.Sequential(Linear, GELU, Linear)``."""
+    from refops.testing.transformer_engine import copy_values
+
     h, f = sizes.hidden, sizes.ffn
-    model = lib.ops.Sequential(
-        lib.ops.Linear(h, f, device=device, dtype=torch.bfloat16),
-        lib.ops.GELU(),
-        lib.ops.Linear(f, h, device=device, dtype=torch.bfloat16),
+    model = ops.Sequential(
+        ops.Linear(h, f, device=device, dtype=torch.bfloat16),
+        ops.GELU(),
+        ops.Linear(f, h, device=device, dtype=torch.bfloat16),
     )
-    _load_values(model, values)
+    copy_values(model, values)
     params = list(model.parameters())
 
     def step() -> None:
         for p in params:
             p.grad = None
         x.grad = None
-        with autocast(enabled=recipe is not None, recipe=recipe):
+        with context():
             y = model(x)
         y.backward(dy)
         step.y = y  # type: ignore[attr-defined]
 
     return step, model
-
-
-def _te_autocast(te: Any) -> Callable[..., Any]:
-    if hasattr(te, "autocast"):
-        return te.autocast
-    return lambda enabled, recipe: te.fp8_autocast(enabled=enabled, fp8_recipe=recipe)
-
-
-def sqnr_db(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    """10 log10(sum e^2 / sum (a - e)^2) in float64 (inf when equal)."""
-    a, e = actual.detach().double(), expected.detach().double()
-    noise = float(((a - e) ** 2).sum())
-    signal = float((e ** 2).sum())
-    return float("inf") if noise == 0 else 10 * math.log10(signal / noise) if signal > 0 else float("-inf")
 
 
 # ------------------------------------------------------------------------------------------ profiling
@@ -593,7 +586,7 @@ def run_quantize_row(row: Row, sizes: Sizes, te: Any, te_reason: Optional[str], 
             te_skipped = te_reason
         else:
             try:
-                theirs = te_quantizer(te, row.recipe, device)
+                theirs = te_quantizer(row.recipe, device)
                 same, detail = compare_bytes(quantized_arrays(q_ours, row.recipe, m, k),
                                              quantized_arrays(theirs.quantize(x), row.recipe, m, k))
                 extra["same_bytes"], extra["same_bytes_detail"] = same, detail
@@ -622,14 +615,15 @@ def run_step_row(row: Row, sizes: Sizes, te: Any, te_reason: Optional[str], args
     x = torch.randn(sizes.tokens, sizes.hidden, generator=g, device=device).to(torch.bfloat16).requires_grad_(True)
     dy = (torch.randn(sizes.tokens, sizes.hidden, generator=g, device=device) * 0.1).to(torch.bfloat16)
     extra: dict[str, Any] = {"flop": step_flops(sizes)}
-    ours_step, _ = make_step(refops, refops.autocast, _refops_recipe(row.recipe), sizes, device, values, x, dy)
+    recipe = _refops_recipe(row.recipe)
+    ours_step, _ = make_step(refops.ops, refops_context(recipe), sizes, device, values, x, dy)
     refops_side = Side(ours_step, host_calls=3, device_reps=5)
     base_side, te_skipped = None, None
     if te is None:
         te_skipped = te_reason
     else:
         try:
-            te_step, _ = make_step(te, _te_autocast(te), _te_recipe(row.recipe), sizes, device, values, x, dy)
+            te_step, _ = make_step(te.pytorch.ops, te_context(recipe), sizes, device, values, x, dy)
             te_step()
             y_te, dx_te = te_step.y.detach().clone(), x.grad.detach().clone()
             ours_step()
@@ -713,7 +707,7 @@ def _meta(args: argparse.Namespace, te: Any, te_reason: Optional[str], sizes: Si
         "reps": args.reps,
         "warmup": args.warmup,
         "sizes": dataclasses.asdict(sizes),
-        "te": getattr(te, "__version__", None) if te is not None else None,
+        "te": te.version if te is not None else None,
         "te_reason": te_reason,
     }
     try:
@@ -724,13 +718,6 @@ def _meta(args: argparse.Namespace, te: Any, te_reason: Optional[str], sizes: Si
         meta["fastpath"] = str(pathlib.Path(fastpath.__file__).resolve().parent)
     except Exception as exc:
         meta["cupy"] = f"unavailable ({_error(exc)})"
-    if te is not None and meta["te"] is None:
-        try:
-            import importlib.metadata
-
-            meta["te"] = importlib.metadata.version("transformer_engine")
-        except Exception:
-            meta["te"] = "unknown version"
     return meta
 
 

@@ -2,23 +2,19 @@
 
     FASTPATH_LINEINFO=1 ncu --section ... python benchmarks/profile_cases.py "nvfp4 col -> bf16" "LayerNorm backward"
 
-Case names are those of ``bench_fastpath.py``'s kernel table (substrings match); the tensor is the same
+Case names are those of the benchmark's kernel table (``fastpath.benchmark``) (substrings match); the tensor is the same
 16384 x 8192 bf16 shape. Needs a GPU with CuPy.
 """
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
-HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+import torch
 
-import torch  # noqa: E402
-
-import fastpath  # noqa: E402
-from _kernel_cases import kernel_cases  # noqa: E402
-from bench_fastpath import ACTIVATION_PARAMS, FULL  # noqa: E402
+import fastpath
+from fastpath.benchmark.kernel_cases import kernel_cases
+from fastpath.benchmark.runner import ACTIVATION_PARAMS, FULL
 
 
 def main(wanted: list[str]) -> int:

@@ -1,13 +1,15 @@
-"""The scripts under ``benchmarks/``: without a GPU they say why they measure nothing; the byte count they report.
+"""The scripts under ``benchmarks/`` and the fast path's benchmark (``fastpath.benchmark``): without a GPU they say
+why they measure nothing; the byte count they report.
 
-A benchmark or diagnostic that cannot run exits with a clear message instead of a traceback. The two
-measuring scripts exit 0 (nothing to measure is not an error in a CPU job). The profiling driver exits 1,
-because a profiler run that profiled nothing failed.
+A benchmark that cannot run exits with a clear message instead of a traceback. The measuring scripts exit 0
+(nothing to measure is not an error in a CPU job). The profiling driver exits 1, because a profiler run that
+profiled nothing failed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import pathlib
 import subprocess
 import sys
@@ -15,13 +17,17 @@ import sys
 import pytest
 import torch
 
+from fastpath.benchmark import kernel_cases, pipeline, report
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+#: The scripts import this tree's packages, wherever refops is installed from.
+SCRIPT_ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU these scripts measure for minutes")
 @pytest.mark.parametrize(
     ("script", "args", "returncode", "message"),
     [
-        ("diag_access_patterns.py", [], 0, "no CUDA device: nothing to measure"),
         ("bench_fastpath.py", ["--quick", "--parts", "kernels"], 0, "nothing measured"),
         ("profile_cases.py", ["amax"], 1, "needs a GPU with CuPy"),
         ("bench_vs_te.py", [], 0, "torch reports no CUDA device: nothing measured"),
@@ -31,7 +37,7 @@ def test_script_without_a_gpu_says_why(script, args, returncode, message, tmp_pa
     if script == "bench_fastpath.py":
         args = [*args, "--out", str(tmp_path)]
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), *args], capture_output=True,
-                          text=True, timeout=300, cwd=tmp_path)
+                          text=True, timeout=300, cwd=tmp_path, env=SCRIPT_ENV)
     assert done.returncode == returncode, done.stdout + done.stderr
     assert message in done.stdout, done.stdout + done.stderr
     assert "Traceback" not in done.stderr, done.stderr
@@ -47,8 +53,7 @@ def _benchmark_module(name: str):
 
 def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
     """Bytes of a case: distinct tensors read (not those listed as unread) plus distinct new outputs."""
-    cases = _benchmark_module("_kernel_cases")
-    Case, charged_bytes = cases.Case, cases.charged_bytes
+    Case, charged_bytes = kernel_cases.Case, kernel_cases.charged_bytes
     dy, x = torch.zeros(4, 8), torch.zeros(4, 8)  # 128 bytes each
     dx = torch.zeros(4, 8)
     case = Case("backward", "activation", "activation_backward", (dy, x, "relu"), {})
@@ -60,7 +65,7 @@ def test_the_benchmark_charges_only_what_a_kernel_reads_and_writes():
 
 def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method():
     """Benchmark and profiler call ``Case.fn`` (one kernel of a multi-kernel method) where it is given."""
-    Case = _benchmark_module("_kernel_cases").Case
+    Case = kernel_cases.Case
 
     class Backend:
         def quantize(self, x, *, scale):
@@ -77,7 +82,6 @@ def test_a_case_with_its_own_function_calls_that_function_not_the_backend_method
 
 def test_host_time_is_the_median_of_batch_means_with_their_spread(monkeypatch):
     """A slow batch (a busy machine for a moment) moves the spread, not the figure."""
-    pipeline = _benchmark_module("_pipeline")
     clock = {"now": 0.0, "calls": 0}
     batch_costs_s = [10e-6, 10e-6, 40e-6, 12e-6, 10e-6]  # per call, by batch of 3 calls
 
@@ -94,7 +98,6 @@ def test_host_time_is_the_median_of_batch_means_with_their_spread(monkeypatch):
 
 def test_host_time_of_the_reference_pipeline_runs_on_cpu():
     """The host measurement itself needs no GPU: on CPU it times the reference backend's forward."""
-    pipeline = _benchmark_module("_pipeline")
     result = pipeline.measure_host("reference, bf16", "reference", None, device=torch.device("cpu"),
                                    forwards=8, batches=4, profiled=2)
     assert result.us_per_forward > 0 and result.batches == 4 and result.spread_pct >= 0
@@ -103,7 +106,6 @@ def test_host_time_of_the_reference_pipeline_runs_on_cpu():
 
 
 def test_the_report_puts_host_times_beside_the_machine_probe(tmp_path):
-    report = _benchmark_module("_report")
     data = {"meta": {"device": "cpu", "torch": "x", "cupy": "y", "date": "d", "kernel_shape": [2, 2],
                      "kernel_mib": 0.0},
             "host_probe_us": 4.0,
@@ -114,49 +116,6 @@ def test_the_report_puts_host_times_beside_the_machine_probe(tmp_path):
     text = path.read_text()
     assert "Host speed probe of this machine: 4.00 us" in text
     assert "| fastpath, bf16 | 600.0 | 3 % | 150 | fastpath: 300.0 |" in text
-
-
-RUN45 = ROOT / "benchmarks" / "results" / "h200-2026-12-01-run45"
-
-
-def test_nvfp4_issue_bound_reads_the_recorded_run():
-    """GPU run 45's counts: the time at the H200's peak issue rate against the floor, measured and modelled."""
-    bound = _benchmark_module("nvfp4_issue_bound")
-    report = bound.read_run(RUN45)
-    assert report.gpu == bound.Gpu("NVIDIA H200", 132, 1980.0)
-    assert report.gpu.warp_instructions_per_second == pytest.approx(1.04544e12)
-    rows = {bound.option_set(r.kernel): r for r in report.rows}
-    assert set(rows) == {"std", "2d", "rht", "sr_rht", "4o6", "sr", "2d_sr", "4o6_2d"}
-    assert rows["std"].warp_instructions == 122_955_456
-    # 85 % of run 45's 4163 GB/s copy, for 400 MiB, and for 656 MiB with the SR forms' random bytes
-    assert rows["std"].floor_ms == pytest.approx(0.11853, abs=1e-5)
-    assert rows["sr_rht"].floor_ms == pytest.approx(0.19439, abs=1e-5)
-    assert report.peak_issue_ms(rows["std"].warp_instructions) == pytest.approx(0.11761, abs=1e-5)
-    measured_over = {n for n, r in rows.items() if report.peak_issue_ms(r.warp_instructions) > r.floor_ms}
-    assert measured_over == {"2d", "rht", "sr_rht", "4o6", "4o6_2d"}
-    # The model: 4over6 is over the floor even with every product folded into its roundings.
-    assert rows["4o6"].model_per_element == 34 and rows["4o6"].model_folded_per_element == 30
-    assert report.model_ms(30) == pytest.approx(0.12036, abs=1e-5)
-    model_over = {n for n, r in rows.items() if report.model_ms(r.model_folded_per_element) > r.floor_ms}
-    assert model_over == {"4o6", "4o6_2d"}
-
-
-def test_nvfp4_issue_bound_cli_and_bad_input(tmp_path):
-    script = ROOT / "benchmarks" / "nvfp4_issue_bound.py"
-    done = subprocess.run([sys.executable, str(script), str(RUN45)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "| 4o6 | 400 | 0.1185 | 267.0 | 63.65 | 0.2554 |" in done.stdout
-    assert done.stdout.count("| no |") == 2, done.stdout
-    usage = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
-    assert usage.returncode == 2 and "usage:" in usage.stdout
-    bound = _benchmark_module("nvfp4_issue_bound")
-    with pytest.raises(ValueError, match="unknown NVFP4 pass-2 option set 'mxfp8'"):
-        bound.per_element("mxfp8")
-    with pytest.raises(ValueError, match="not an NVFP4 pass-2 kernel name"):
-        bound.option_set("cast_fp8_bf16")
-    (tmp_path / "ncu_pass2.txt").write_text('"ID","Process ID"\n')
-    with pytest.raises(ValueError, match="lacks the GPU lines"):
-        bound.parse_ncu(tmp_path / "ncu_pass2.txt")
 
 
 # ------------------------------------------------------------------ bench_vs_te.py (TE side by side)
@@ -234,10 +193,12 @@ def test_bench_vs_te_sides_run_on_cpu_with_the_reference():
     x = torch.randn(64, 128).to(torch.bfloat16).requires_grad_(True)
     dy = torch.randn(64, 128).to(torch.bfloat16)
     for recipe in (None, "fp8_current", "fp8_delayed", "fp8_block"):
-        step, model = bench.make_step(refops, refops.autocast, bench._refops_recipe(recipe), sizes, cpu, values, x, dy)
+        context = bench.refops_context(bench._refops_recipe(recipe))
+        step, model = bench.make_step(refops.ops, context, sizes, cpu, values, x, dy)
         step()
         assert step.y.shape == (64, 128) and x.grad.shape == (64, 128), recipe
-        assert torch.equal(model[2].weight.detach(), values[1][0]) and torch.equal(model[2].bias.detach(), values[1][1])
+        assert torch.equal(model[2].weight.detach(), values["2.weight"])
+        assert torch.equal(model[2].bias.detach(), values["2.bias"])
     assert bench.sqnr_db(step.y, step.y) == float("inf")
     m = k = 128
     xq = torch.randn(m, k).to(torch.bfloat16) * 3
@@ -265,3 +226,47 @@ def test_the_oracle_budget_benchmark_writes_one_row_per_recipe(tmp_path):
     rows = [line for line in out.read_text().splitlines() if line.startswith("| ") and "recipe" not in line]
     assert [r.split(" | ")[0].lstrip("| ") for r in rows] == ["none", *__import__("refops.testing").testing.RECIPE_NAMES]
     assert all(" | True | " in r for r in rows)  # every report ok: refops against itself
+
+
+def test_bench_vs_te_te_side_runs_through_the_oracle_adapters_on_cpu(monkeypatch):
+    """TE's side of every row is made by ``refops.testing.transformer_engine``'s adapters; with refops standing in
+    for TE (``tests/refops/_fake_te.py``) both sides hold the same bytes and compute the same step."""
+    sys.path.insert(0, str(ROOT / "tests" / "refops"))
+    try:
+        from _fake_te import install_refops_as_te
+    finally:
+        sys.path.remove(str(ROOT / "tests" / "refops"))
+    import refops
+
+    install_refops_as_te(monkeypatch, version="0.0+refops")
+    bench = _benchmark_module("bench_vs_te")
+    te, reason = bench.load_te()
+    assert reason is None and te.version == "0.0+refops"
+    cpu = torch.device("cpu")
+    m = k = 128
+    x = torch.randn(m, k).to(torch.bfloat16) * 3
+    for recipe in ("fp8_current", "fp8_delayed", "fp8_block_1x128", "fp8_block_128x128"):
+        ours, theirs = bench.refops_quantizer(recipe, cpu).quantize(x), bench.te_quantizer(recipe, cpu).quantize(x)
+        assert bench.compare_bytes(bench.quantized_arrays(ours, recipe, m, k),
+                                   bench.quantized_arrays(theirs, recipe, m, k)) == (True, ""), recipe
+    with pytest.raises(ValueError, match="no TE quantizer for 'mxfp8'"):
+        bench.te_quantizer("mxfp8", cpu)
+    sizes = bench.Sizes(size=128, tokens=64, hidden=128, ffn=256)
+    values = bench._parameter_values(sizes, cpu)
+    x = torch.randn(64, 128).to(torch.bfloat16).requires_grad_(True)
+    dy = torch.randn(64, 128).to(torch.bfloat16)
+    for recipe in (None, "fp8_current"):
+        refops_recipe = bench._refops_recipe(recipe)
+        outputs = []
+        for ops, context in ((te.pytorch.ops, bench.te_context(refops_recipe)),
+                             (refops.ops, bench.refops_context(refops_recipe))):
+            step, _ = bench.make_step(ops, context, sizes, cpu, values, x, dy)
+            step()
+            outputs.append((step.y.detach().clone(), x.grad.detach().clone()))
+        assert bench.sqnr_db(outputs[0][0], outputs[1][0]) == float("inf"), recipe
+        assert torch.equal(outputs[0][1], outputs[1][1]), recipe
+
+    monkeypatch.undo()  # TE's stand-in out
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)
+    te, reason = bench.load_te()
+    assert te is None and reason.startswith("bench_vs_te.py needs TransformerEngine, which is not installed here")

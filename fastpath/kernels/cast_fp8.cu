@@ -203,7 +203,7 @@ __device__ void cast_impl(const T* __restrict__ x, i64 n, int vec_ok, const floa
 // (<= 40 registers a thread, one shared tile) let three of them reside per SM, so three tiles of loads are in
 // flight per SM: a persistent form, two blocks per SM each loading its next tile into registers while it
 // cast the current one, kept one tile in flight per block and reached 83 % of a copy where this form reaches
-// 92 % (GPU run 12; the pure address pattern's ceiling is 92 %, benchmarks/diag_access_patterns.py).
+// 92 % (GPU run 12; the pure address pattern's ceiling is 92 %, run 11's diag_access_patterns.py, in git history).
 // The transposed bytes go through shared memory (the layout and the tile loads and stores, shared with
 // fp8_block.cu, are in fp8_tile128.cuh). A thread's 4x8 bytes are cast as row words (cast_fp8x4) and turned
 // into its 8 column words by a 4x4 byte transpose per half (__byte_perm); full tiles store the row words

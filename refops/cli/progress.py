@@ -24,27 +24,27 @@ def _is_tty(stream: TextIO) -> bool:
 class Progress:
     """``[#####     ] 3/10 label``, rewritten in place on ``stream`` (default: stderr) when it is a TTY.
 
+    The object is the ``progress(done, total, label)`` callback that the library's runners take
+    (``run_check_matrix``, ``run_conformance``): they know the total, the command does not.
+
     Args:
-        total: how many steps the bar counts.
         stream: where to draw (looked up when the bar is made, so a replaced ``sys.stderr`` is honoured).
         width: the bar's width in characters.
     """
 
-    def __init__(self, total: int, *, stream: Optional[TextIO] = None, width: int = 20) -> None:
-        self.total = max(int(total), 0)
+    def __init__(self, *, stream: Optional[TextIO] = None, width: int = 20) -> None:
         self.stream = sys.stderr if stream is None else stream
         self.width = width
-        self.done = 0
-        self.enabled = self.total > 0 and _is_tty(self.stream)
+        self.enabled = _is_tty(self.stream)
         self._drawn = False
 
-    def step(self, label: str = "") -> None:
-        """Count one step and redraw (nothing when the stream is not a TTY)."""
-        self.done = min(self.done + 1, self.total)
-        if not self.enabled:
+    def __call__(self, done: int, total: int, label: str = "") -> None:
+        """Redraw at ``done`` of ``total`` steps (nothing when the stream is not a TTY)."""
+        if not self.enabled or total <= 0:
             return
-        bar = "#" * (self.width * self.done // self.total)
-        line = f"[{bar:<{self.width}}] {self.done}/{self.total} {label}"
+        done = min(max(done, 0), total)
+        bar = "#" * (self.width * done // total)
+        line = f"[{bar:<{self.width}}] {done}/{total} {label}"
         print(f"\r{line[:110]:<110}", end="", file=self.stream, flush=True)
         self._drawn = True
 

@@ -6,8 +6,7 @@ import argparse
 import pathlib
 
 from ..demo import run_demo
-from ..testing.recipes import RECIPE_NAMES, make_recipe
-from .recipe_settings import TEST_RECIPES_NOTE, recipe_settings
+from ..testing.recipes import RECIPE_NAMES, TEST_RECIPES_NOTE, make_recipe, recipe_settings
 
 __all__ = ["add_parser"]
 

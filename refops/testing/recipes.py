@@ -1,6 +1,15 @@
-"""Recipes by name, as TransformerEngine's tests build them (``make_recipe``)."""
+"""Recipes by name, as TransformerEngine's tests build them (``make_recipe``), and what differs in them from the
+recipes' defaults (``recipe_settings``).
+
+``check``, ``conformance`` and ``trace --recipe`` run TE's *test* recipes (E4M3 FP8, a delayed-scaling history
+of 8, NVFP4 without the random Hadamard transform, stochastic rounding or 2D weight blocks), not the recipes'
+defaults; they print :func:`recipe_settings` to say which fields differ.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+import enum
 
 from ..recipe import (
     DelayedScaling,
@@ -12,7 +21,7 @@ from ..recipe import (
     Recipe,
 )
 
-__all__ = ["RECIPE_NAMES", "make_recipe"]
+__all__ = ["RECIPE_NAMES", "make_recipe", "recipe_settings", "TEST_RECIPES_NOTE"]
 
 #: Every recipe name :func:`make_recipe` knows, FP8 first.
 RECIPE_NAMES = (
@@ -44,3 +53,25 @@ def make_recipe(name: str) -> Recipe:
             nvfp4_4over6="all" if four_over_six else "none",
         )
     raise ValueError(f"unknown recipe name {name!r}; known: {RECIPE_NAMES}")
+
+
+#: The sentence that introduces the settings in the commands' output.
+TEST_RECIPES_NOTE = "TE's test settings (refops.testing.make_recipe), not the recipe defaults"
+
+
+def _show(value: object) -> str:
+    return value.name if isinstance(value, enum.Enum) else repr(value)
+
+
+def recipe_settings(name: str) -> str:
+    """``"NVFP4BlockScaling(disable_rht=True, ...)"``: the recipe ``make_recipe(name)`` builds, with the
+    constructor fields that differ from the class's defaults (``"MXFP8BlockScaling() (the defaults)"`` when none)."""
+    recipe = make_recipe(name)
+    defaults = type(recipe)()
+    changed = [
+        f"{f.name}={_show(getattr(recipe, f.name))}"
+        for f in dataclasses.fields(recipe)
+        if f.init and getattr(recipe, f.name) != getattr(defaults, f.name)
+    ]
+    text = f"{type(recipe).__name__}({', '.join(changed)})"
+    return text if changed else f"{text} (the defaults)"

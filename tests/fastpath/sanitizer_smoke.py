@@ -14,13 +14,9 @@ forced on. Arguments, if any, keep only the cases whose name contains one of the
 
 from __future__ import annotations
 
-import pathlib
 import sys
 
 import torch
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import fastpath
 from refops.kernels import ReferenceKernels, get_backend, register_backend
@@ -72,7 +68,7 @@ def main(wanted: list[str]) -> int:
     if reason:
         print(f"skipped: {reason}")
         return 0
-    from _kernel_cases import kernel_cases
+    from fastpath.benchmark.kernel_cases import kernel_cases
     from fastpath import elementwise
 
     # The bf16 SiTU-GLU table kernel normally runs from 2^20 outputs on: here on every shape, with a bias too.

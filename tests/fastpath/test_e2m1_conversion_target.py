@@ -3,8 +3,8 @@
 ``cvt.rn.satfinite.e2m1x2.f32`` (two fp32 values to two E2M1 codes, round to nearest even, saturating) is what
 an NVFP4 quantize kernel on Blackwell rounds with. ptxas rejects it for sm_90 and sm_90a and accepts it for the
 Blackwell targets, so on the H200 each code takes a product and four exact fp32 operations
-(``e2m1_rne_min3`` in ``fastpath/kernels/nvfp4.cu``). ``benchmarks/nvfp4_issue_bound.py`` turns that cost into
-the issue-rate bound that ``docs/benchmarks.md`` reports. Needs only nvcc (CPU machines included; the ``nvcc``
+(``e2m1_rne_min3`` in ``fastpath/kernels/nvfp4.cu``). GPU run 45 turned that cost into the
+issue-rate bound that ``docs/benchmarks.md`` reports. Needs only nvcc (CPU machines included; the ``nvcc``
 fixture: without it the tests fail when CI is set and skip otherwise). The three nvcc runs go with the other compile
 checks (``_nvcc_builds.py``).
 """

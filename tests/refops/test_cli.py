@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import io
-import pathlib
 import sys
 
 import pytest
@@ -143,17 +142,56 @@ def test_bench_says_why_it_cannot_run_without_a_gpu(capsys):
         pytest.skip("a GPU is present: the benchmarks run for real (see docs/benchmarks.md)")
     assert main(["bench"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
-    assert pathlib.Path(__file__).resolve().parents[2].joinpath("benchmarks").is_dir()
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch
+def test_bench_runs_the_fast_path_benchmark_module_in_a_subprocess(capfd):
+    """``refops bench -- ARGS`` is ``python -m fastpath.benchmark ARGS`` in a child of this interpreter: refops does
+    not import fastpath, and the benchmark ships in the package (its help needs no GPU)."""
+    from refops.cli import bench_cmd
+
+    assert bench_cmd.benchmark_command(["--quick"]) == [sys.executable, "-m", "fastpath.benchmark", "--quick"]
+    assert main(["bench", "--", "--help"]) == 0
+    out = capfd.readouterr().out
+    assert out.startswith("usage: python -m fastpath.benchmark") and "--parts PARTS" in out
 
 
 def test_check_holds_a_quantized_pipeline_to_the_sqnr_floor_on_the_fast_path(monkeypatch):
     """Fast path vs reference: single ops element-wise; the quantized MLP by SQNR, as the pipeline suite does."""
-    from refops.cli import check_cmd
+    from refops.testing import check_matrix
 
     calls = []
-    monkeypatch.setattr(check_cmd, "compare_backends", lambda factory, inputs, **kw: calls.append(kw) or kw)
+    monkeypatch.setattr(check_matrix, "compare_backends", lambda factory, inputs, **kw: calls.append(kw) or kw)
     cpu = torch.device("cpu")
-    check_cmd._run_case("mlp", "fp8_current_scaling", torch.float32, cpu, fastpath=True)
-    check_cmd._run_case("mlp", None, torch.float32, cpu, fastpath=True)
-    check_cmd._run_case("linear", "fp8_current_scaling", torch.float32, cpu, fastpath=True)
+    check_matrix._run_case("mlp", "fp8_current_scaling", torch.float32, cpu, fastpath=True)
+    check_matrix._run_case("mlp", None, torch.float32, cpu, fastpath=True)
+    check_matrix._run_case("linear", "fp8_current_scaling", torch.float32, cpu, fastpath=True)
     assert [kw.get("tier", "tolerance") for kw in calls] == ["sqnr", "tolerance", "tolerance"]
+
+
+# ------------------------------------------------------------ the check matrix from Python (no argv)
+def test_run_check_matrix_returns_the_cases_that_ran_then_the_skipped_ones():
+    from refops.testing.check_matrix import CaseResult, check_target, run_check_matrix
+
+    target = check_target(reference_only=True)
+    assert (target.fastpath, target.device, target.fastpath_unavailable) == (False, torch.device("cpu"), "")
+    seen = []
+    results = run_check_matrix(target.device, fastpath=False, ops=["gelu"], recipes=["nvfp4"],
+                               dtypes=["float32", "bfloat16"], progress=lambda *step: seen.append(step))
+    assert all(isinstance(r, CaseResult) for r in results)
+    assert [(r.recipe, r.dtype, r.passed, bool(r.skipped)) for r in results] == [
+        ("none", "float32", True, False), ("none", "bfloat16", True, False), ("nvfp4", "bfloat16", True, False),
+        ("nvfp4", "float32", False, True)]
+    assert results[-1].skipped == "NVFP4 is checked in bfloat16 only, as TE's tests do"
+    assert [(done, total) for done, total, _ in seen] == [(1, 3), (2, 3), (3, 3)]
+    assert seen[-1][2] == "gelu nvfp4 bfloat16: ok"
+    assert "sqnr=" in results[2].error and results[2].worst
+
+
+def test_run_check_matrix_refuses_unknown_names():
+    from refops.testing.check_matrix import run_check_matrix
+
+    for kwargs, message in (({"ops": ["conv"]}, "unknown op 'conv'"), ({"recipes": ["fp8"]}, "unknown recipe 'fp8'"),
+                            ({"dtypes": ["float16"]}, "unknown dtype 'float16'")):
+        with pytest.raises(ValueError, match=message):
+            run_check_matrix(torch.device("cpu"), fastpath=False, **kwargs)

@@ -2,9 +2,9 @@
 
 The command needs TransformerEngine and a CUDA GPU. Here it runs against refops itself put
 under TE's module names (``tests/refops/_fake_te.py``) on the CPU device, passed in through
-``conformance_cmd.run(args, device=..., device_info=...)``: every row then passes, and a bug
-planted in the stand-in shows as a failing row with its evidence. (Not to be confused with
-``test_conformance.py``, which tests ``check_lifecycle``.)
+``conformance_cmd.run(args, device=..., device_info=...)`` (the library's ``run_conformance`` takes the
+same two): every row then passes, and a bug planted in the stand-in shows as a failing row with its
+evidence. (Not to be confused with ``test_conformance.py``, which tests ``check_lifecycle``.)
 """
 
 from __future__ import annotations
@@ -20,14 +20,16 @@ import torch
 
 import refops
 from refops.__main__ import main
-from refops.cli import conformance_cmd, conformance_lifecycle, conformance_modules, conformance_tiers
-from refops.cli.conformance_record import ConformanceRecord, NotRun, Row, TierTable
+from refops.cli import conformance_cmd
+from refops.testing import conformance
+from refops.testing.conformance import ConformanceRecord, DeviceInfo, NotRun, Row, TierTable, lifecycle_tier, \
+    module_tier, runner, tiers
 
 from _fake_te import flip_first_code, install_refops_as_te
 
 CPU = torch.device("cpu")
-BLACKWELL = conformance_cmd.DeviceInfo("fake CPU", (10, 0))
-HOPPER = conformance_cmd.DeviceInfo("fake H200", (9, 0))
+BLACKWELL = DeviceInfo("fake CPU", (10, 0))
+HOPPER = DeviceInfo("fake H200", (9, 0))
 
 
 def _args(*argv: str) -> argparse.Namespace:
@@ -36,7 +38,7 @@ def _args(*argv: str) -> argparse.Namespace:
     return parser.parse_args(["conformance", *argv])
 
 
-def _run(*argv: str, info: conformance_cmd.DeviceInfo = BLACKWELL) -> int:
+def _run(*argv: str, info: DeviceInfo = BLACKWELL) -> int:
     return conformance_cmd.run(_args(*argv), device=CPU, device_info=info)
 
 
@@ -172,10 +174,10 @@ def test_a_te_op_that_flips_requires_grad_fails_the_lifecycle_row_and_the_refere
 
 def _delayed_scaling_lifecycle_rows(monkeypatch, op: str) -> list:
     install_refops_as_te(monkeypatch)
-    setup = conformance_tiers.Setup(te=refops.testing.transformer_engine.import_te("test"), device=CPU,
+    setup = tiers.Setup(te=refops.testing.transformer_engine.import_te("test"), device=CPU,
                                     capability=(10, 0), recipes=["fp8_delayed_scaling"], high_precision=False,
                                     lifecycle_ops=(op,))
-    tables, planned = conformance_tiers.plan_tiers(setup, ["lifecycle"])
+    tables, planned = tiers.plan_tiers(setup, ["lifecycle"])
     assert [p.cells["weights"] for p in planned] == ["high precision", "quantized"]
     return planned
 
@@ -209,22 +211,22 @@ def test_a_violation_the_reference_shares_is_not_a_verdict(monkeypatch):
 def test_clauses_ignore_what_differs_between_two_runs():
     a = "after setattr(weight) the grad of weight changed (max |diff| 1.13); replaced w (id 0x7f01 -> 0x7f02)"
     b = "after setattr(weight) the grad of weight changed (max |diff| 2.5); replaced w (id 0x1 -> 0x2)"
-    assert conformance_lifecycle._clauses(a) == conformance_lifecycle._clauses(b) == [
+    assert lifecycle_tier._clauses(a) == lifecycle_tier._clauses(b) == [
         "after setattr(weight) the grad of weight changed", "replaced w"]
-    assert conformance_lifecycle._clauses("construction allocated 2048 bytes on cuda:0") == [
+    assert lifecycle_tier._clauses("construction allocated 2048 bytes on cuda:0") == [
         "construction allocated bytes on cuda:0"]
 
 
 def test_a_row_that_raises_is_a_failing_row_and_the_others_still_run(monkeypatch, capsys):
     install_refops_as_te(monkeypatch)
-    real = conformance_modules.build_pair
+    real = module_tier.build_pair
 
     def build_pair(pipeline, **kwargs):
         if pipeline == "linear_gelu_linear":
             raise RuntimeError("CUDA error: an illegal memory access was encountered")
         return real(pipeline, **kwargs)
 
-    monkeypatch.setattr(conformance_modules, "build_pair", build_pair)
+    monkeypatch.setattr(module_tier, "build_pair", build_pair)
     assert _run("--tiers", "modules", "--recipes", "none", "--dtypes", "float32",
                 "--pipelines", "linear", "linear_gelu_linear") == 1
     out = capsys.readouterr().out
@@ -370,18 +372,15 @@ def test_the_repro_runner_classifies_verdicts_and_crashes():
 
 def test_the_record_names_the_commit_given_by_refops_commit(monkeypatch):
     """A copy of the tree on a remote GPU machine may carry another .git: the caller names the commit."""
-    from refops.cli import conformance_cmd
-
     monkeypatch.setenv("REFOPS_COMMIT", "abc1234")
-    assert conformance_cmd._commit() == "commit abc1234"
+    assert runner.commit() == "commit abc1234"
     monkeypatch.delenv("REFOPS_COMMIT")
-    assert conformance_cmd._commit() != "commit abc1234"
+    assert runner.commit() != "commit abc1234"
 
 
 def test_a_refops_extension_is_listed_on_te_s_row_not_held_against_it(monkeypatch):
     """Materializing in place keeps parameter objects: refops promises it, TE does not. A TE op that makes new
     Parameters violates only that: its row passes and names the extension; any other violation still fails it."""
-    from refops.cli import conformance_tiers
     from refops.testing.lifecycle.report import Kind, LifecycleReport, PropertyResult, Status
 
     def report(*failing):
@@ -394,14 +393,63 @@ def test_a_refops_extension_is_listed_on_te_s_row_not_held_against_it(monkeypatc
     other = ("requires_grad_kept", Status.VIOLATED, "reset_parameters: requires_grad became True on weight",
              Kind.PROMISE)
     case = type("Case", (), {"factory": None, "inputs": None})()
-    setup = conformance_tiers.Setup.__new__(conformance_tiers.Setup)
+    setup = tiers.Setup.__new__(tiers.Setup)
     object.__setattr__(setup, "device", torch.device("cpu"))
     object.__setattr__(setup, "seed", 0)
     for te_side, fails in (((extension,), False), ((extension, other), True)):
         answers = iter([report(*te_side), report()])
-        monkeypatch.setattr(conformance_lifecycle, "check_lifecycle", lambda *a, **k: next(answers))
-        row = conformance_lifecycle._run_lifecycle(setup, case, case, {"op": "Linear"})
+        monkeypatch.setattr(lifecycle_tier, "check_lifecycle", lambda *a, **k: next(answers))
+        row = lifecycle_tier._run_lifecycle(setup, case, case, {"op": "Linear"})
         assert row.passed is not fails, row.evidence
         assert "refops extensions TE does not promise (not a verdict on TE): identity_through_materialization" \
             in row.evidence
         assert ("requires_grad_kept: " in row.evidence) is fails
+
+
+# ------------------------------------------------------------ the library entry points (no argv)
+def test_run_conformance_from_python_returns_the_record_and_reports_progress(monkeypatch):
+    """``run_conformance`` is the command without its printing: the record comes back; the progress callback sees
+    every row with the total."""
+    install_refops_as_te(monkeypatch, version="0.0+refops")
+    calls = []
+    record = conformance.run_conformance(tiers=["lifecycle"], recipes=["none"], ops=["Bias", "LayerNorm"],
+                                         device=CPU, device_info=BLACKWELL,
+                                         progress=lambda done, total, label: calls.append((done, total, label)))
+    assert isinstance(record, ConformanceRecord) and record.ok
+    assert [t.tier for t in record.tiers] == ["lifecycle"]
+    assert [r.cells["op"] for r in record.tier("lifecycle").rows] == ["Bias", "LayerNorm"]
+    assert [(d, t) for d, t, _ in calls] == [(1, 2), (2, 2)]
+    assert calls[-1][2] == "lifecycle: LayerNorm none high precision float32: pass"
+    assert record.environment["TransformerEngine"] == "0.0+refops"
+    assert conformance.NotRun("quantizers tier", "not selected (--tiers)") in record.not_run
+
+
+def test_plan_conformance_lists_the_rows_before_running_any(monkeypatch):
+    install_refops_as_te(monkeypatch)
+    plan = conformance.plan_conformance(tiers=["modules"], recipes=["fp8_current_scaling"], dtypes=["bfloat16"],
+                                        pipelines=["linear"], device=CPU, device_info=BLACKWELL)
+    assert [p.cells for p in plan.planned] == [
+        {"pipeline": "linear", "recipe": "fp8_current_scaling", "dtype": "bfloat16", "weights": w}
+        for w in ("high precision", "quantized")]
+    assert all(not t.rows for t in plan.tables)
+    assert "high precision (no recipe)" in [n.what for n in plan.not_run]
+
+
+def test_run_conformance_refuses_unknown_names_and_says_every_reason_it_cannot_start(monkeypatch):
+    for kwargs, message in (({"tiers": ["kernels"]}, "unknown tier 'kernels'"),
+                            ({"recipes": ["fp8"]}, "unknown recipe 'fp8'"),
+                            ({"dtypes": ["float64"]}, "unknown dtype 'float64'"),
+                            ({"pipelines": ["mlp"]}, "unknown pipeline 'mlp'"),
+                            ({"ops": ["GELU"]}, "unknown op 'GELU'"),
+                            ({"device": CPU}, "device and device_info go together")):
+        with pytest.raises(ValueError, match=message):
+            conformance.run_conformance(**kwargs)
+    monkeypatch.setitem(sys.modules, "transformer_engine", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(conformance.ConformanceUnavailable) as raised:
+        conformance.run_conformance()
+    reasons = raised.value.reasons
+    assert len(reasons) == 2 and reasons[0].startswith("checks TransformerEngine on a CUDA GPU")
+    assert reasons[1].startswith("needs TransformerEngine, which is not installed here")
+    assert str(raised.value).startswith("the conformance run cannot start: checks TransformerEngine")
+    assert isinstance(raised.value, conformance.ConformanceError)

@@ -322,6 +322,6 @@ def test_no_module_of_refops_kernels_imports_refops_quantization():
 
 
 def test_the_conformance_cli_finds_gemm_numerics():
-    from refops.cli.conformance_tiers import gemm_numerics_function
+    from refops.testing.conformance import gemm_numerics_function
 
     assert gemm_numerics_function() is refops.gemm_numerics

@@ -24,8 +24,6 @@ import torch
 
 import refops
 import refops as te
-from _timing import median_ms
-from fastpath.gemm import GEMM_PATHS
 from refops.ops.basic.activation import GELU
 from refops.ops.basic.layer_norm import LayerNorm
 from refops.ops.sequential import Sequential
@@ -36,6 +34,9 @@ from refops.recipe import (
     MXFP8BlockScaling,
     NVFP4BlockScaling,
 )
+
+from ..gemm import GEMM_PATHS
+from .timing import median_ms
 
 __all__ = ["PIPELINE_CASES", "HOST_CASES", "measure_pipeline", "measure_host", "host_speed_probe_us",
            "median_of_batches"]

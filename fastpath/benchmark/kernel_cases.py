@@ -13,8 +13,9 @@ from typing import Any, Callable
 
 import torch
 
-from _timing import median_ms, tensors_in, unique_bytes
 from refops.kernels import ReferenceKernels
+
+from .timing import median_ms, tensors_in, unique_bytes
 
 __all__ = ["Case", "KernelResult", "charged_bytes", "measure_copy", "kernel_cases", "run_cases"]
 
@@ -145,7 +146,7 @@ def _nvfp4_pass_cases(x: torch.Tensor, rand_row: torch.Tensor, rand_col: torch.T
     Pass 1 reads x for the global amax(es) (with the RHT, also the amax of the RHT outputs); pass 2, given
     them, reads x again and writes both orientations' data and block scales.
     """
-    from fastpath.quantize_nvfp4 import nvfp4_cast, nvfp4_global_amaxes
+    from ..quantize_nvfp4 import nvfp4_cast, nvfp4_global_amaxes
 
     q = "quantize"
     plain = nvfp4_global_amaxes(x, rowwise=True, columnwise=True, rht=False, sign_mask=True)
@@ -198,7 +199,7 @@ def _dequantize_cases(backend: Any, x: torch.Tensor, scale: torch.Tensor) -> lis
 
 
 def _activation_cases(x: torch.Tensor, activations: tuple[str, ...], params: dict[str, dict]) -> list[Case]:
-    from fastpath.elementwise import GATED_ACTIVATIONS
+    from ..elementwise import GATED_ACTIVATIONS
 
     bias = (torch.randn(x.shape[-1], device=x.device) * 0.1).to(x.dtype)
     dy_full = torch.randn_like(x)

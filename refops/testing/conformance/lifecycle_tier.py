@@ -1,4 +1,4 @@
-"""The lifecycle tier of ``python -m refops conformance``: ``check_lifecycle`` on TE's ops, and the same check on
+"""The lifecycle tier of a conformance run: ``check_lifecycle`` on TE's ops, and the same check on
 refops' own ops as the control: a property the reference violates too is reported as a limit of the check,
 not as a finding about TE; a refops extension is listed, not held against TE."""
 
@@ -7,13 +7,12 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-from ..testing import check_lifecycle
-from ..testing.lifecycle import Status
-from ..testing.recipes import make_recipe
-from ..testing.transformer_engine import lifecycle_cases
-from ..testing.transformer_engine.lifecycle import TE_CLAIMS
-from .conformance_record import NotRun, Row, TierTable
-from .conformance_setup import Planned, Setup, clip, unsupported_reason
+from ..lifecycle import Status, check_lifecycle
+from ..recipes import make_recipe
+from ..transformer_engine import lifecycle_cases
+from ..transformer_engine.lifecycle import TE_CLAIMS
+from .record import NotRun, Row, TierTable
+from .run_setup import Planned, Setup, clip, unsupported_reason
 
 __all__ = ["LIFECYCLE_CRITERION", "plan_lifecycle"]
 

@@ -1,6 +1,6 @@
-"""The module tier of ``python -m refops conformance``: ``compare_modules`` with a TE ``te.ops`` pipeline as the
+"""The module tier of a conformance run: ``compare_modules`` with a TE ``te.ops`` pipeline as the
 candidate and its refops twin as the reference, every recipe, dtype, with and without quantized weights; with
-``--gemm-numerics`` the reference runs under ``refops.gemm_numerics(name)`` and each tensor's share of
+``gemm_numerics`` the reference runs under ``refops.gemm_numerics(name)`` and each tensor's share of
 bit-identical elements is reported."""
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Any, Optional
 
 import torch
 
-from ..quantization.state import autocast as refops_autocast
-from ..recipe import Recipe
-from ..testing import compare_modules
-from ..testing.recipes import make_recipe
-from ..testing.transformer_engine import bit_identical_share, build_pair, candidate_context, quantized_fields
-from .conformance_record import NotRun, Row, TierTable
-from .conformance_setup import BATCH, DTYPES, HIDDEN, SHARE_COLUMN, Planned, Setup, gemm_numerics_function, \
+from ...quantization.state import autocast as refops_autocast
+from ...recipe import Recipe
+from ..modules import compare_modules
+from ..recipes import make_recipe
+from ..transformer_engine import bit_identical_share, build_pair, candidate_context, quantized_fields
+from .record import NotRun, Row, TierTable
+from .run_setup import BATCH, DTYPES, HIDDEN, SHARE_COLUMN, Planned, Setup, gemm_numerics_function, \
     unsupported_reason
 
 __all__ = ["MODULE_CRITERION", "plan_modules"]

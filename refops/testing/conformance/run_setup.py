@@ -1,5 +1,5 @@
-"""What every tier of ``python -m refops conformance`` shares: the run's setup, the recipe variants and
-what this GPU cannot run, a planned row, and how a row that raised is reported."""
+"""What every tier of a conformance run shares: the run's setup, the recipe variants and what this GPU cannot
+run, a planned row, and how a row that raised is reported."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch
 
 import refops
 
-from ..recipe import (
+from ...recipe import (
     DelayedScaling,
     Float8BlockScaling,
     Float8CurrentScaling,
@@ -20,9 +20,9 @@ from ..recipe import (
     NVFP4BlockScaling,
     Recipe,
 )
-from ..testing.recipes import make_recipe
-from ..testing.transformer_engine import PIPELINES, TransformerEngine
-from .conformance_record import Row
+from ..recipes import make_recipe
+from ..transformer_engine import PIPELINES, TransformerEngine
+from .record import Row
 
 __all__ = [
     "Setup", "ConformanceError", "QUANTIZER_RECIPES", "DTYPES", "TIERS", "Planned", "unsupported_reason",

@@ -1,4 +1,5 @@
-"""The record of ``python -m refops conformance``: one table per tier, every row with its evidence.
+"""The record of a conformance run (:func:`run_conformance`, ``python -m refops conformance``): one table per
+tier, every row with its evidence.
 
 A row is one comparison that ran (``pass`` or ``fail``) with the evidence that decided it; what
 did not run is listed apart, each with its reason (a recipe this GPU cannot run, a dtype a recipe
@@ -16,7 +17,7 @@ from typing import Any, Optional
 
 __all__ = ["Row", "NotRun", "TierTable", "ConformanceRecord", "RECORD_FILES"]
 
-#: The files ``--out DIR`` writes.
+#: The files :meth:`ConformanceRecord.write` writes (``refops conformance --out DIR``).
 RECORD_FILES = ("conformance.md", "conformance.json")
 
 

@@ -2,7 +2,7 @@
 
 Every function here is exact and device-independent: it reproduces, bit for
 bit, the conversions TransformerEngine's CUDA kernels perform
-(``recipes-numerics.md`` §0). Inputs are fp32 tensors.
+(``docs/recipes/formats.md``). Inputs are fp32 tensors.
 
 * FP8 (E4M3, E5M2): round-to-nearest-even with *saturation* ("satfinite"):
   ``|v| > max`` and ``±inf`` give ``±max``, NaN stays NaN, ``-0`` stays ``-0``.

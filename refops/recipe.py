@@ -1,7 +1,7 @@
 """Quantization recipes: TransformerEngine's ``transformer_engine.common.recipe`` names and defaults.
 
 A recipe says *how* tensors are quantized inside ``refops.autocast``; the
-numerics live in :mod:`refops.quantization` and ``recipes-numerics.md``.
+numerics live in :mod:`refops.quantization` and ``docs/recipes/index.md``.
 
 * :class:`Format` gives the FP8/FP4 format of forward and backward tensors and
   the largest finite value of each (``max_fwd``/``max_bwd``). Under ``HYBRID``
@@ -168,7 +168,7 @@ class Recipe(FieldChecks):
 
 @dataclasses.dataclass
 class DelayedScaling(Recipe):
-    """Per-tensor scales from an amax history (recipes-numerics §2.1, §5).
+    """Per-tensor scales from an amax history (``docs/recipes/delayed-scaling.md#the-arithmetic``).
 
     ``scale = (fmax / amax_eff) / 2^margin`` where ``amax_eff`` is the max of the
     last ``amax_history_len`` amaxes ("max") or the latest ("most_recent"), or
@@ -210,7 +210,7 @@ class DelayedScaling(Recipe):
 
 @dataclasses.dataclass
 class Float8CurrentScaling(Recipe):
-    """Per-tensor scales from each tensor's own amax (recipes-numerics §2.2).
+    """Per-tensor scales from each tensor's own amax (``docs/recipes/current-scaling.md#the-arithmetic``).
 
     ``fp8_quant_*`` are derived from ``use_power_2_scales`` (env
     ``NVTE_FP8_CURRENT_SCALING_POWER_2_SCALES``); in TE they are class attributes
@@ -243,7 +243,7 @@ class Float8CurrentScaling(Recipe):
 
 @dataclasses.dataclass
 class MXFP8BlockScaling(Recipe):
-    """1x32 blocks with E8M0 scales (recipes-numerics §2.3).
+    """1x32 blocks with E8M0 scales (``docs/recipes/mxfp8.md#the-arithmetic``).
 
     ``enable_2d_quantization`` (env ``NVTE_MXFP8_ENABLE_2D_QUANTIZATION``): forward
     Linear weights use one scale per 32x32 tile. ``margin`` is unused by the kernels.
@@ -265,11 +265,11 @@ class MXFP8BlockScaling(Recipe):
 
 @dataclasses.dataclass
 class Float8BlockScaling(Recipe):
-    """DeepSeek-style 1x128 (``*_block_scaling_dim=1``) / 128x128 (``=2``) blocks, fp32 scales (§2.4).
+    """DeepSeek-style 1x128 (``*_block_scaling_dim=1``) / 128x128 (``=2``) blocks, fp32 scales.
 
     Scales are powers of two unless ``use_f32_scales`` (env
     ``NVTE_FP8_BLOCK_SCALING_FP32_SCALES``). 2D x 2D GEMMs are forbidden, the split
-    accumulator is required and FP8 attention is not supported.
+    accumulator is required (``docs/recipes/fp8-block.md#the-arithmetic``) and FP8 attention is not supported.
     """
 
     use_f32_scales: bool = dataclasses.field(default_factory=_env_flag("NVTE_FP8_BLOCK_SCALING_FP32_SCALES"))
@@ -315,7 +315,7 @@ class Float8BlockScaling(Recipe):
 
 @dataclasses.dataclass
 class NVFP4BlockScaling(Recipe):
-    """E2M1 data, E4M3 scales per 16 elements, one fp32 amax per tensor (§2.5).
+    """E2M1 data, E4M3 scales per 16 elements, one fp32 amax per tensor (``docs/recipes/nvfp4.md#the-arithmetic``).
 
     Defaults: weights 16x16 (2D) blocks; inputs and grads get the random Hadamard
     transform on their column-wise copy; grads use stochastic rounding. Each

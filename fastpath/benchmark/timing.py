@@ -1,6 +1,6 @@
 """Timing with CUDA events, and counting the bytes a kernel call must move.
 
-Method (ecosystem-notes §6): warm up first (never time the first call: it
+Method (``docs/benchmarks.md#methodology``): warm up first (never time the first call: it
 compiles), then enqueue ``reps`` calls back to back with an event between
 consecutive calls, synchronize once, and report the median. The host enqueues
 ahead of the GPU, so the times are device times without host gaps. Tensors of

@@ -1,6 +1,7 @@
 // Per-tensor FP8 (delayed and current scaling): amax, cast (+ transpose), dequantize.
 //
-// Specification: refops/kernels/reference/quant_float8.py (recipes-numerics §0.2, §2.1, §2.2).
+// Specification: refops/kernels/reference/quant_float8.py (docs/recipes/index.md#the-cast,
+// docs/recipes/delayed-scaling.md#the-arithmetic, docs/recipes/current-scaling.md#the-arithmetic).
 //   amax      = max |x| over every element, NaNs skipped (fmaxf from 0), exact;
 //   q         = Q_F(RN(float(x) * scale)), Q_F = __nv_cvt_float_to_fp8(.., __NV_SATFINITE, F)
 //               (equal to the reference's clamp-to-±max-then-cast);

@@ -1,7 +1,7 @@
 // FP8 block scaling (DeepSeek style): 1x128 blocks (1D) or 128x128 tiles (2D), fp32 scales.
 //
 // Specification: refops/kernels/reference/quant_float8_block.py and quant_float8.compute_scale_from_amax
-// (recipes-numerics §0.3, §2.4). Per block with amax a over its in-bounds elements (NaNs skipped):
+// (docs/recipes/fp8-block.md#the-arithmetic). Per block with amax a over its in-bounds elements (NaNs skipped):
 //   a = fl(eps) if a < fl(eps);  degenerate = a in {0, inf, NaN};
 //   s = fp32(RN_double(RN_double(1/a) * fmax))   (torch's float / tensor is reciprocal-then-multiply);
 //   s = value_for_inf if s == +inf;  pow2: s = bits(s) & 0xFF800000;  degenerate: s = 1;

@@ -1,6 +1,6 @@
 // MXFP8: 1x32 (row-wise), 32x1 (column-wise) blocks or 32x32 tiles (2D), E8M0 scale bytes.
 //
-// Specification: refops/kernels/reference/quant_mxfp8.py and refops.formats (recipes-numerics §0.4, §2.3).
+// Specification: refops/kernels/reference/quant_mxfp8.py and refops.formats (docs/recipes/mxfp8.md#the-arithmetic).
 // Per block with amax a (NaNs skipped):
 //   e = e8m0(RN(a * fl(1/fmax)))   (integer rule: round the exponent up, saturate at 254, inf -> 254);
 //   q = Q_F(RN(float(x) * 2^(127-e)));   decode: RN(float(q) * 2^(e-127)).

@@ -1,6 +1,6 @@
 // NVFP4: E2M1 data in 1x16 blocks (or 16x16 tiles), E4M3 block scales, an fp32 global amax.
 //
-// Specification: refops/kernels/reference/quant_nvfp4.py and refops.formats (recipes-numerics §2.5).
+// Specification: refops/kernels/reference/quant_nvfp4.py and refops.formats (docs/recipes/nvfp4.md#the-arithmetic).
 // One orientation (row-wise: x (M, K); column-wise: x^T (K, M), after the RHT when asked), global amax A:
 //   S_enc = fminf(RN(fl(6E) / A), FLT_MAX), 1 where A == 0 or S_enc == 0;  S_dec = RN(1 / S_enc);
 //   block amax b (2D: of the 16x16 tile);

@@ -113,7 +113,7 @@ class KernelBackend:
         raise NotImplementedError
 
     # ---------------------------------------------------------- quantization
-    # recipes-numerics.md is the specification; every byte is reproducible from
+    # docs/recipes/index.md and each recipe's page are the specification; every byte is reproducible from
     # these arguments (plain tensors and scalars). ``fp8_dtype`` is
     # ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``; quantized data is returned
     # as uint8 bytes. Quantize methods return ``(rowwise_data, rowwise_scale_inv,
@@ -126,7 +126,7 @@ class KernelBackend:
         self, amax_history: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, *, numerator: float,
         algorithm: str,
     ) -> None:
-        """One delayed-scaling recipe update, in place (``recipes-numerics.md`` §5).
+        """One delayed-scaling recipe update, in place (``docs/recipes/delayed-scaling.md#the-arithmetic``).
 
         ``amax_history`` fp32 ``(L, n)``, ``scale`` fp32 ``(n,)``, ``amax`` fp32 ``(n,)``: the slots' new
         amaxes (``amax_history[0]``, or its all-reduction; it may be that very row). For each slot with
@@ -147,11 +147,11 @@ class KernelBackend:
         amax_epsilon: float,
         value_for_inf: float,
     ) -> torch.Tensor:
-        """Element-wise fp32 scale from amax (TE ``compute_scale_from_amax``, numerics §0.3).
+        """Element-wise fp32 scale from amax (TE ``compute_scale_from_amax``).
 
         ``a = eps`` if ``a < eps``; ``a`` in {0, inf, NaN} gives 1; else
         ``s = RN(fmax / a)``, ``+inf`` becomes ``value_for_inf``; with pow2 the
-        mantissa bits are zeroed (``bits & 0xFF800000``, rounds down).
+        mantissa bits are zeroed (``bits & 0xFF800000``, rounds down): ``docs/recipes/index.md#the-scale-from-an-amax``.
         """
         raise NotImplementedError
 
@@ -189,7 +189,7 @@ class KernelBackend:
         columnwise: bool,
         with_2d_quantization: bool = False,
     ) -> tuple[Any, ...]:
-        """MXFP8 (numerics §2.3): per 1x32 (row-wise) / 32x1 (column-wise) block, or 32x32 tile if 2D.
+        """MXFP8 (``docs/recipes/mxfp8.md``): per 1x32 (row-wise) / 32x1 (column-wise) block, or 32x32 tile if 2D.
 
         ``e = e8m0_round_up(RN(amax * fl(1/fmax)))``, ``q = Q_F(x * 2^(127-e))``.
         Needs ``M % 32 == 0`` and ``K % 32 == 0``. Data keeps ``x``'s shape in both
@@ -222,7 +222,7 @@ class KernelBackend:
         force_pow_2_scales: bool,
         amax_epsilon: float,
     ) -> tuple[Any, ...]:
-        """FP8 block scaling (numerics §2.4): 1x128 blocks (dim 1) or 128x128 tiles (dim 2).
+        """FP8 block scaling (``docs/recipes/fp8-block.md``): 1x128 blocks (dim 1) or 128x128 tiles (dim 2).
 
         Per block: ``s = compute_scale_from_amax(amax, fmax, pow2, eps,
         value_for_inf = finfo(x.dtype).max)``, ``q = Q_F(RN(x * s))``,
@@ -269,7 +269,7 @@ class KernelBackend:
         amax_rowwise: torch.Tensor | None = None,
         amax_columnwise: torch.Tensor | None = None,
     ) -> tuple[Any, ...]:
-        """NVFP4 (numerics §2.5) of 2-D ``x`` ``(M, K)``: ``reference.quant_nvfp4.nvfp4_quantize``.
+        """NVFP4 (``docs/recipes/nvfp4.md``) of 2-D ``x`` ``(M, K)``: ``reference.quant_nvfp4.nvfp4_quantize``.
 
         Returns ``(rowwise_data, rowwise_scale_inv, rowwise_amax, columnwise_data,
         columnwise_scale_inv, columnwise_amax)``: packed E2M1 uint8 ``(M, K/2)`` /

@@ -1,11 +1,11 @@
-"""Per-tensor FP8: ``Float8Tensor`` and its two quantizers (recipes-numerics §2.1, §2.2).
+"""Per-tensor FP8: ``Float8Tensor`` and its two quantizers.
 
-* :class:`Float8Quantizer` (delayed scaling): casts with the fp32 ``scale`` it is
+* :class:`Float8Quantizer` (delayed scaling, ``docs/recipes/delayed-scaling.md``): casts with the fp32 ``scale`` it is
   given (a view of the recipe state), writes ``scale_inv = RN(1/scale)`` into the
   tensor, and max-accumulates the pre-scale amax into ``amax`` at every cast.
-* :class:`Float8CurrentScalingQuantizer`: ``A = amax(x)`` (optionally all-reduced),
-  ``s = compute_scale_from_amax(A, fmax, pow2, eps, value_for_inf=FLT_MAX)``, then
-  the same cast.
+* :class:`Float8CurrentScalingQuantizer` (``docs/recipes/current-scaling.md``): ``A = amax(x)``
+  (optionally all-reduced), ``s = compute_scale_from_amax(A, fmax, pow2, eps, value_for_inf=FLT_MAX)``,
+  then the same cast.
 
 ``q = Q_F(RN(x * s))``. The column-wise copy is the transpose of the same bytes
 (Hopper layout, shape ``(K, *lead)``) and shares the one ``scale_inv``.

@@ -1,4 +1,4 @@
-"""FP8 block scaling: ``Float8BlockwiseQTensor`` and ``Float8BlockQuantizer`` (recipes-numerics §2.4).
+"""FP8 block scaling: ``Float8BlockwiseQTensor`` and ``Float8BlockQuantizer`` (``docs/recipes/fp8-block.md``).
 
 1x128 blocks (``block_scaling_dim=1``; inputs and grads by default) or 128x128
 tiles (``=2``; weights by default), one fp32 scale per block:

@@ -1,4 +1,4 @@
-"""MXFP8: ``MXFP8Tensor`` and ``MXFP8Quantizer`` (recipes-numerics §0.4, §2.3).
+"""MXFP8: ``MXFP8Tensor`` and ``MXFP8Quantizer`` (``docs/recipes/mxfp8.md``).
 
 1x32 blocks along the last dim (row-wise) and 32x1 blocks along the leading
 dims (column-wise, data **not** transposed), each with an E8M0 scale byte
@@ -6,7 +6,7 @@ dims (column-wise, data **not** transposed), each with an E8M0 scale byte
 under ``MXFP8BlockScaling(enable_2d_quantization=True)``) one scale serves each
 32x32 tile and both usages hold the same bytes. Shapes need ``M % 32 == 0`` and
 ``K % 32 == 0``. Scale tensors are kept in the compact padded layout (not the
-cuBLAS swizzle, §3.3).
+cuBLAS swizzle, ``docs/recipes/index.md#the-cublas-scale-swizzle``).
 """
 
 from __future__ import annotations

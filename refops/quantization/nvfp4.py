@@ -1,4 +1,4 @@
-"""NVFP4: ``NVFP4Tensor`` and ``NVFP4Quantizer`` (recipes-numerics §2.5).
+"""NVFP4: ``NVFP4Tensor`` and ``NVFP4Quantizer`` (``docs/recipes/nvfp4.md``).
 
 E2M1 data packed two per byte, one E4M3 scale byte per 16 elements (per 16x16
 tile for 2D weights) and one fp32 amax per tensor (per row when row-scaled).

@@ -145,7 +145,7 @@ class DelayedScalingRecipeState(RecipeState):
         self.amax_history = new
 
     def update_scales(self, reduction_group: Any = None) -> None:
-        """One delayed-scaling update (``recipes-numerics.md`` §5), in place.
+        """One delayed-scaling update (``docs/recipes/delayed-scaling.md#the-arithmetic``), in place.
 
         Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over ``reduction_group`` when the
         recipe's ``reduce_amax`` asks and a process group of more than one rank exists; None is the
@@ -280,9 +280,10 @@ class Float8BlockScalingRecipeState(RecipeState):
 
 
 class NVFP4BlockScalingRecipeState(RecipeState):
-    """Per tensor type (recipes-numerics §2.5): inputs get the RHT on their column-wise copy, weights 16x16
-    tiles, gradients stochastic rounding (and the RHT column-wise); 4over6 applies to the non-gradient
-    types the recipe names; row scaling to forward slots that are not weights."""
+    """Per tensor type (``docs/recipes/nvfp4.md#per-role-and-the-random-hadamard-transform``): inputs get
+    the RHT on their column-wise copy, weights 16x16 tiles, gradients stochastic rounding (and the RHT
+    column-wise); 4over6 applies to the non-gradient types the recipe names; row scaling to forward slots
+    that are not weights."""
 
     def make_quantizer(self, index: int) -> Quantizer:
         recipe: NVFP4BlockScaling = self.recipe

@@ -3,7 +3,7 @@
 ``autocast(enabled=True, recipe=R)`` turns on quantized compute with recipe
 ``R``. ``quantized_model_init(enabled=True, recipe=R)`` makes ops constructed
 inside it store their weights quantized. Delayed-scaling amax histories and
-scales update at exactly two points (``recipes-numerics.md`` §5):
+scales update at exactly two points (``docs/recipes/delayed-scaling.md#the-arithmetic``):
 
 * forward tensors: when the *outermost* ``autocast`` exits with grad enabled;
 * backward tensors: when the backward of the first fuser that ran forward inside

@@ -1,6 +1,6 @@
 """Comparing two tensors under one of the three tiers, with a report of where and by how much they differ.
 
-The three-tier policy (``ecosystem-notes.md`` §2.5):
+The three-tier policy (``docs/oracle.md#three-tiers-of-comparison``):
 
 * ``"exact"``: bit-exact; quantized bytes, scales, amax, recipe state;
 * ``"tolerance"``: ``|a - e| <= atol + rtol * |e|`` element-wise; GEMM results,

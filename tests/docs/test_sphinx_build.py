@@ -109,6 +109,17 @@ def test_api_reference_documents_every_package(site):
     assert 'id="fastpath.is_available"' in (site / "api" / "fastpath.html").read_text()
 
 
+def test_every_section_the_code_cites_is_an_anchor_of_its_built_page(site):
+    """The anchors of ``docs/<page>.md#<anchor>`` citations (tests/docs/test_code_citations.py) are ids the build wrote."""
+    from _code_citations import citations, code_files
+
+    missing = []
+    for c in citations(code_files()):
+        page = site / pathlib.Path(c.page).with_suffix(".html")
+        if c.anchor is not None and (not page.is_file() or f'id="{c.anchor}"' not in page.read_text()):
+            missing.append(f"{c.where}: {c.text}")
+    assert not missing, "cited sections without an anchor in the built pages:\n" + "\n".join(missing)
+
 def test_generated_artifacts_stay_out_of_git(site):
     ignore = DOCS / "_generated" / ".gitignore"
     assert ignore.exists() and ignore.read_text().splitlines()[-1] == "*"

@@ -1,6 +1,6 @@
 """FP8 block scaling (1x128 blocks, power-of-two fp32 scales) and a scale_inv built from exponent bits.
 
-The fixed quantizer follows recipes-numerics §2.4: per block, scale = RN(fmax / amax), the input
+The fixed quantizer follows ``docs/recipes/fp8-block.md#the-arithmetic``: per block, scale = RN(fmax / amax), the input
 dtype's max when that overflows, the mantissa masked off (a power of two, rounded down), and
 scale_inv = 1 / scale. The bug derives scale_inv from the scale's biased exponent instead, which
 has no encoding for 1 / 2^127 = 2^-127: a subnormal, whose exponent field is 0.

@@ -1,6 +1,6 @@
 """MXFP8 (1x32 blocks, E8M0 scales): a plain-torch quantizer and three shipped ways to get the scale wrong.
 
-The fixed encoding is TE's (recipes-numerics §0.4): v = RN(amax * fl(1/fmax)) in fp32, then the
+The fixed encoding is TE's (``docs/recipes/formats.md#e8m0``): v = RN(amax * fl(1/fmax)) in fp32, then the
 power of two at or above v, taken from v's bits (not from ``log2``, not through bf16, not floor).
 """
 

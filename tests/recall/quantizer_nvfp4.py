@@ -1,6 +1,6 @@
 """NVFP4 (E2M1 codes, E4M3 1x16 block scales, an fp32 global scale) and a global scale used backwards.
 
-The fixed quantizer is recipes-numerics §2.5, standard path, without the RHT: S_enc = RN(2688 / A)
+The fixed quantizer is ``docs/recipes/nvfp4.md#the-arithmetic``, standard path, without the RHT: S_enc = RN(2688 / A)
 for the tensor's amax A; per block of 16, s_b = E4M3(RN(b * RN(S_enc * fl(1/6)))) and
 enc_b = min(RN(1 / RN(s_b * S_dec)), FLT_MAX); codes are E2M1(RN(x * enc_b)), ties to even. The bug
 hands the block-scale step the decode factor S_dec = 1 / S_enc where the encode factor belongs.

@@ -1,7 +1,8 @@
 """Per-tensor FP8 current scaling: plain-torch quantizers, each one fix away from TE's kernel.
 
-``current_scaling(x, quantizer, defect)`` is TE's order of operations (recipes-numerics §0.3): amax
-without NaN, scale = RN(fmax / amax), scale 1 for an amax of 0 or inf, FLT_MAX when the scale
+``current_scaling(x, quantizer, defect)`` is TE's order of operations
+(``docs/recipes/index.md#the-scale-from-an-amax``): amax without NaN, scale = RN(fmax / amax), scale 1
+for an amax of 0 or inf, FLT_MAX when the scale
 overflows, multiply, clamp, cast. Each ``defect`` undoes exactly one of those steps, the way a
 shipped kernel did.
 """

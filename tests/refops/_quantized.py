@@ -1,4 +1,4 @@
-"""Shared helpers for the quantized-compute tests of the basic ops (te-ops-semantics §4, §9.2, §10 item 14).
+"""Shared helpers for the quantized-compute tests of the basic ops (``docs/te-ops.md#how-the-tests-check-an-op``).
 
 TE's method: inputs (and grads) are made exactly representable by quantizing and
 dequantizing them with a fixed, test-chosen quantizer; the reference runs in
@@ -71,7 +71,8 @@ def fresh_quantizer(recipe_name: str, mode: str = "forward", role: Optional[str]
 
 # ------------------------------------------------------------------ tensors
 def representable_quantizer(recipe_name: str, role: str, device: torch.device) -> Any:
-    """TE's fixed test quantizers (§9.2): the values they round-trip are representable in the recipe."""
+    """TE's fixed test quantizers (``docs/te-ops.md#how-the-tests-check-an-op``): the values they round-trip
+    are representable in the recipe."""
     e4m3 = DType.kFloat8E4M3
     if recipe_name == "fp8_delayed_scaling":
         return rq.Float8Quantizer(torch.ones(1, device=device), torch.zeros(1, device=device), e4m3)

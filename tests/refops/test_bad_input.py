@@ -1,4 +1,5 @@
-"""Bad input (lifecycle.md's list): a clear error naming the op and what was expected, and a usable model after."""
+"""Bad input (``docs/lifecycle.md#bad-input-is-a-clear-error``): a clear error naming the op and what was
+expected, and a usable model after."""
 
 from __future__ import annotations
 

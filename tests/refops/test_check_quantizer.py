@@ -207,7 +207,8 @@ def test_the_matrix_is_deterministic():
 
 
 def _nvfp4_rowwise(x, divide: bool):
-    """A plain-torch NVFP4 row-wise quantizer (1x16 blocks, recipes-numerics §2.5); ``divide`` is the bug."""
+    """A plain-torch NVFP4 row-wise quantizer (1x16 blocks, ``docs/recipes/nvfp4.md#the-arithmetic``);
+    ``divide`` is the bug."""
     from refops.formats import e2m1_round_nearest_even, pack_e2m1
 
     m, k = x.reshape(-1, x.shape[-1]).shape
@@ -235,7 +236,8 @@ def test_an_nvfp4_candidate_that_divides_by_the_block_scale_is_caught_and_the_ri
 
 
 def _mxfp8_rowwise(x, ties_away: bool):
-    """A plain-torch MXFP8 row-wise quantizer (recipes-numerics §2.3); ``ties_away`` rounds half away from zero."""
+    """A plain-torch MXFP8 row-wise quantizer (``docs/recipes/mxfp8.md#the-arithmetic``); ``ties_away`` rounds
+    half away from zero."""
     from refops.formats import e8m0_encode_multiplier, e8m0_from_fp32
 
     m, k = x.reshape(-1, x.shape[-1]).shape

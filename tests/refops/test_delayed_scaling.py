@@ -1,6 +1,6 @@
 """Delayed scaling: amax histories and scales over several steps, against values computed by hand.
 
-The state machine (recipes-numerics.md §5): each cast uses the slot's current
+The state machine (``docs/recipes/delayed-scaling.md#the-arithmetic``): each cast uses the slot's current
 scale and max-accumulates the pre-scale amax into history row 0; the forward
 slots update when the outermost autocast exits (grad enabled), the backward
 slots when the first module's backward ends; a slot updates to

@@ -1,4 +1,4 @@
-"""Fused ops in fp16/bf16 meet TE's per-dtype tolerances against a float64 reference (te-ops-semantics §9.3).
+"""Fused ops in fp16/bf16 meet TE's per-dtype tolerances against a float64 reference (``docs/te-ops.md#tolerances``).
 
 TE's fused kernels (GEMM epilogues, ``beta = 1`` accumulation, ``rmsnorm_bwd_add``)
 keep intermediates in fp32 and round once; so must the reference. Each pipeline

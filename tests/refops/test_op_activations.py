@@ -1,4 +1,4 @@
-"""Activation ops (TE §4.5 / TestBasicOps activation tests) against float64 torch formulas.
+"""Activation ops (``docs/te-ops.md#activations``, TE's TestBasicOps activation tests) against float64 torch formulas.
 
 Every reference is written in the tests, independently of the kernels: plain
 ``torch.nn.functional`` (or the formula) in float64 on CPU, differentiated by

@@ -26,7 +26,8 @@ from _grouped_linear_cases import (
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("mode", PARAM_MODES)
 def test_parameter_names_and_order(device, mode, bias):
-    """The grads follow this order (TE §2.6); refops registers single params at construction."""
+    """The grads follow this order (``docs/te-ops.md#parameters-and-their-gradients``); refops registers single
+    params at construction."""
     single_weight, single_bias = PARAM_MODES[mode]
     weights = ["weight"] if single_weight else [f"weight{g}" for g in range(G)]
     biases = (["bias"] if single_bias else [f"bias{g}" for g in range(G)]) if bias else []

@@ -1,7 +1,7 @@
-"""The Quantize op under every recipe (te-ops-semantics §4, §9.2): exact casts forward and backward.
+"""The Quantize op under every recipe (``docs/te-ops.md#who-quantizes-what``): exact casts forward and backward.
 
-TE's method (§9.2, helpers in ``_quantized``): representable inputs and grads; a Quantize
-op's values are exact, and what it emits is the recipe's quantizer applied once.
+TE's method (``docs/te-ops.md#how-the-tests-check-an-op``, helpers in ``_quantized``): representable
+inputs and grads; a Quantize op's values are exact, and what it emits is the recipe's quantizer applied once.
 """
 
 from __future__ import annotations

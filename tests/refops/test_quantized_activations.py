@@ -1,7 +1,7 @@
-"""Activation ops with quantized compute under every recipe (te-ops-semantics §4, §9.2, §10 item 14).
+"""Activation ops with quantized compute under every recipe (``docs/te-ops.md#who-quantizes-what``).
 
-TE's method (§9.2, helpers in ``_quantized``): representable inputs and grads, float64
-references, TE's quantization tolerances; each result leaves through its neighbour's
+TE's method (``docs/te-ops.md#how-the-tests-check-an-op``, helpers in ``_quantized``): representable
+inputs and grads, float64 references, TE's quantization tolerances; each result leaves through its neighbour's
 quantizer applied once (exact). Also the activations' ``cache_quantized_input``.
 """
 

@@ -1,7 +1,7 @@
-"""Bias with quantized compute under every recipe (te-ops-semantics §4, §9.2).
+"""Bias with quantized compute under every recipe (``docs/te-ops.md#who-quantizes-what``).
 
-TE's method (§9.2, helpers in ``_quantized``): representable inputs and grads, float64
-references; dx leaves through the previous op's grad-output quantizer (exact), also after
+TE's method (``docs/te-ops.md#how-the-tests-check-an-op``, helpers in ``_quantized``): representable
+inputs and grads, float64 references; dx leaves through the previous op's grad-output quantizer (exact), also after
 a BasicLinear and under every ``backward_override``.
 """
 

@@ -1,7 +1,8 @@
-"""GroupedLinear under every recipe: per-group quantized GEMMs and quantized weights (te-ops-semantics §4.13, §7).
+"""GroupedLinear under every recipe: per-group quantized GEMMs and quantized weights
+(``docs/te-ops.md#groupedlinear-under-a-recipe``).
 
-TE's method (§9.2), with the quantized basic-op tests' helpers (``_quantized``): representable
-inputs, weights and grads, a float64 per-split ``F.linear`` reference, TE's quantization
+TE's method (``docs/te-ops.md#how-the-tests-check-an-op``), with the quantized basic-op tests' helpers
+(``_quantized``): representable inputs, weights and grads, a float64 per-split ``F.linear`` reference, TE's quantization
 tolerances. TE's split mix {0, 128, 256, 384}, shuffled, with G = 4 and 128 x 128 weights.
 """
 

@@ -1,7 +1,7 @@
-"""A full LayerNorm -> Linear -> GELU -> Linear MLP under every recipe (te-ops-semantics §4, §9.2, §10 item 14).
+"""A full LayerNorm -> Linear -> GELU -> Linear MLP under every recipe (``docs/te-ops.md#who-quantizes-what``).
 
-TE's method (§9.2, helpers in ``_quantized``): representable inputs, weights and grads, a
-float64 reference, TE's loose ``test_layernorm_mlp`` tolerances; high-precision or
+TE's method (``docs/te-ops.md#how-the-tests-check-an-op``, helpers in ``_quantized``): representable
+inputs, weights and grads, a float64 reference, TE's loose ``test_layernorm_mlp`` tolerances; high-precision or
 quantized weights, 2-D and 3-D inputs.
 """
 

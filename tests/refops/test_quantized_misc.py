@@ -1,9 +1,11 @@
-"""Ops that pass quantized tensors through or dequantize them, under every recipe (te-ops-semantics §4, §9.2).
+"""Ops that pass quantized tensors through or dequantize them, under every recipe
+(``docs/te-ops.md#who-quantizes-what``).
 
 Identity, eval Dropout and MakeExtraOutput hand a QuantizedTensor on unchanged; Reshape,
 ConstantScale, Dropout, L2Normalization, the norms and activations read it at its
 dequantized values; AddExtraInput, MakeExtraOutput and ScaledSwiGLU with quantized
-tensors. TE's method (§9.2, helpers in ``_quantized``).
+tensors. TE's method (``docs/te-ops.md#how-the-tests-check-an-op``, helpers in
+``_quantized``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""LayerNorm and RMSNorm with quantized compute under every recipe (te-ops-semantics §4, §9.2).
+"""LayerNorm and RMSNorm with quantized compute under every recipe (``docs/te-ops.md#who-quantizes-what``).
 
-TE's method (§9.2, helpers in ``_quantized``): representable inputs, params and grads, a
-float64 reference, TE's quantization tolerances; a quantizing neighbour makes the norm
+TE's method (``docs/te-ops.md#how-the-tests-check-an-op``, helpers in ``_quantized``): representable
+inputs, params and grads, a float64 reference, TE's quantization tolerances; a quantizing neighbour makes the norm
 emit a quantized output (TE's fused norm+cast), otherwise it stays high precision.
 """
 

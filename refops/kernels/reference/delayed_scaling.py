@@ -1,5 +1,6 @@
-"""The delayed-scaling recipe update (``recipes-numerics.md`` §5) as one kernel of the interface: the torch code
-``DelayedScalingRecipeState.update_scales`` ran before it became ``KernelBackend.delayed_scaling_update``."""
+"""The delayed-scaling recipe update (``docs/recipes/delayed-scaling.md#the-arithmetic``) as one kernel of the
+interface: the torch code ``DelayedScalingRecipeState.update_scales`` ran before it became
+``KernelBackend.delayed_scaling_update``."""
 
 from __future__ import annotations
 

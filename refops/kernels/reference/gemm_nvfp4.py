@@ -1,4 +1,7 @@
-"""The emulated NVFP4 GEMM: a fixed-order sum over 16-element scale blocks (numerics §4)."""
+"""The emulated NVFP4 GEMM: a fixed-order sum over 16-element scale blocks.
+
+The order is ``docs/recipes/nvfp4.md#the-fixed-order-gemm``.
+"""
 
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def nvfp4_gemm_reference(
     a_e4m3_max: float = 448.0,
     b_e4m3_max: float = 448.0,
 ) -> torch.Tensor:
-    """Emulated NVFP4 GEMM ``y = Â @ B̂ᵀ`` (§4), both operands blocked along the contraction dim K.
+    """Emulated NVFP4 GEMM ``y = Â @ B̂ᵀ``, both operands blocked along the contraction dim K.
 
     ``a_data`` ``(M, K/2)`` and ``b_data`` ``(N, K/2)`` with compact-or-padded
     scales and amax ``(1,)`` or per row (``(M,)`` / ``(N,)``). Fixed order:

@@ -18,9 +18,9 @@ Operand = Union[torch.Tensor, GemmOperand]
 
 
 def gemm_usages(trans_a: bool, trans_b: bool) -> dict[str, str]:
-    """The usage blocked along the contracted dim (recipes-numerics §3.1): ``op(a) = a`` contracts a's
-    last dim -> row-wise, ``trans_a`` -> column-wise; ``op(b) = b.T`` (``trans_b``) -> row-wise,
-    ``op(b) = b`` -> column-wise."""
+    """The usage blocked along the contracted dim (``docs/recipes/index.md#roles-usages-and-gemms``):
+    ``op(a) = a`` contracts a's last dim -> row-wise, ``trans_a`` -> column-wise; ``op(b) = b.T``
+    (``trans_b``) -> row-wise, ``op(b) = b`` -> column-wise."""
     return {"a": "columnwise" if trans_a else "rowwise", "b": "rowwise" if trans_b else "columnwise"}
 
 

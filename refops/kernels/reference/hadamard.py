@@ -1,4 +1,4 @@
-"""The random Hadamard transform (RHT) NVFP4 applies to column-wise wgrad operands (numerics §2.5)."""
+"""The random Hadamard transform (RHT) NVFP4 applies to column-wise wgrad operands (``docs/recipes/nvfp4.md``)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """NVFP4's two-level scale factors: the per-tensor (or per-row) encode / decode scales from a global
 amax, the E4M3 block scales (standard and 4over6's two candidates) and the per-block encode multiplier.
 
-Part of the byte-exact NVFP4 specification (:mod:`.quant_nvfp4`, ``recipes-numerics.md`` §2.5): every
+Part of the byte-exact NVFP4 specification (:mod:`.quant_nvfp4`, ``docs/recipes/nvfp4.md#the-arithmetic``): every
 step is one fp32 torch operation, rounding once; ``fl(c)`` is the constant ``c`` rounded to fp32 and
 ``fminf`` the C function (a NaN operand yields the other operand).
 """

@@ -1,6 +1,7 @@
 """Per-tensor FP8 numerics (delayed and current scaling): amax, scale from amax, cast, dequantize.
 
-recipes-numerics.md §0.2, §0.3, §2.1, §2.2. ``RN(.)`` is one IEEE fp32
+``docs/recipes/index.md#two-primitives-every-fp8-recipe-shares``, ``docs/recipes/delayed-scaling.md``,
+``docs/recipes/current-scaling.md``. ``RN(.)`` is one IEEE fp32
 round-to-nearest-even step. A quotient of two fp32 values computed in fp64 and
 rounded once to fp32 *is* ``RN`` of the exact quotient (fp64 has more than
 2*24+2 bits), so divisions below go through fp64 on every device.

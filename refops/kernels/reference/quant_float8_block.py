@@ -1,4 +1,4 @@
-"""FP8 block scaling numerics: 1x128 and 128x128 blocks with fp32 scales (recipes-numerics §2.4).
+"""FP8 block scaling numerics: 1x128 and 128x128 blocks with fp32 scales (``docs/recipes/fp8-block.md``).
 
 Per block with amax ``a`` over its in-bounds elements (NaNs skipped):
 ``s = compute_scale_from_amax(a, fmax, pow2, eps, value_for_inf = max of the

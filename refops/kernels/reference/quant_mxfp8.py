@@ -1,4 +1,4 @@
-"""MXFP8 numerics: 1x32 / 32x1 blocks (or 32x32 tiles) with E8M0 scales (recipes-numerics §0.4, §2.3).
+"""MXFP8 numerics: 1x32 / 32x1 blocks (or 32x32 tiles) with E8M0 scales (``docs/recipes/mxfp8.md#the-arithmetic``).
 
 Per block with amax ``a`` (NaNs skipped):
 

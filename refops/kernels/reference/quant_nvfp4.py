@@ -5,7 +5,7 @@ The scale factors are in :mod:`.nvfp4_scales`, the random Hadamard transform in
 :mod:`.gemm_nvfp4`.
 
 This file is the byte-exact specification a CUDA kernel is checked against
-(``recipes-numerics.md`` §2.5, §3.2-3.3, §4). Notation: ``RN(.)`` is one IEEE
+(``docs/recipes/nvfp4.md``). Notation: ``RN(.)`` is one IEEE
 fp32 round-to-nearest-even step, ``fl(c)`` the constant ``c`` rounded to fp32,
 ``Q_E4M3`` the saturating E4M3 cast, ``A`` a global amax, ``E`` the E4M3 range
 the global scale targets (448, or 256 for 4over6 tensors), ``fminf`` the C

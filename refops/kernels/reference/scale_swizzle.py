@@ -1,4 +1,4 @@
-"""The cuBLAS 128x4 block-scale swizzle of MXFP8 and NVFP4 scale tensors (numerics §3.3)."""
+"""The cuBLAS 128x4 block-scale swizzle of MXFP8 and NVFP4 scale tensors."""
 
 from __future__ import annotations
 
@@ -13,12 +13,12 @@ def _check_swizzle_shape(scales: torch.Tensor, name: str) -> None:
 
 
 def swizzle_block_scales(scales: torch.Tensor) -> torch.Tensor:
-    """cuBLAS 128x4 block-scale swizzle (§3.3), returned with the same ``(R, C)`` shape.
+    """cuBLAS 128x4 block-scale swizzle, returned with the same ``(R, C)`` shape.
 
     ``S[128*rb + 32*i + j, 4*cb + l]`` goes to linear offset
     ``((rb*(C/4) + cb)*32 + j)*16 + 4*i + l``: reshape to ``(R/128, 4, 32, C/4, 4)``,
     permute ``(0, 3, 2, 1, 4)``, flatten. NVFP4 columnwise scales are already
-    stored transposed, so the same swizzle applies to them.
+    stored transposed, so the same swizzle applies to them (``docs/recipes/index.md#the-cublas-scale-swizzle``).
     """
     _check_swizzle_shape(scales, "swizzle_block_scales")
     r, c = scales.shape

@@ -44,7 +44,7 @@ class GroupedLinear(DelayedWeightGrads, QuantizedWeights, FuserOnlyOperation):
     ``scales`` of shape ``(total_rows,)``: the bias term of row ``r`` in group ``g``
     becomes ``scales[r] * b_g`` (grads: :mod:`.grouped_linear_wgrad`).
 
-    Parameters, in ``parameters()`` order (the order of the grads, TE §2.6):
+    Parameters, in ``parameters()`` order (the order of the grads, ``docs/te-ops.md#parameters-and-their-gradients``):
 
     * default: ``weight0 .. weight{G-1}`` then ``bias0 .. bias{G-1}``;
     * ``single_grouped_weight``: one ``weight`` of shape ``(G, out, in)``;

@@ -1,4 +1,4 @@
-"""The lifecycle tier: any module factory against the parameter-lifecycle contract (lifecycle.md)."""
+"""The lifecycle tier: any module factory against the parameter-lifecycle contract (``docs/lifecycle.md``)."""
 
 from .check import PROPERTIES, Property, check_lifecycle
 from .report import Kind, LifecycleReport, PropertyResult, Status

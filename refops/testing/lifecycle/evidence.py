@@ -1,7 +1,7 @@
 """Evidence for the lifecycle checks: what a module holds, how two modules differ, in words.
 
-Comparisons are bit-exact (the first tier of the tolerance policy in ``§2.5`` of
-the ecosystem notes): a deferred-initialized module must hold the very bytes the
+Comparisons are bit-exact (the first tier of ``docs/oracle.md#three-tiers-of-comparison``):
+a deferred-initialized module must hold the very bytes the
 eagerly built one holds, so a difference is reported with its maximum absolute
 value rather than tolerated.
 """
@@ -182,7 +182,7 @@ def quantization_differences(actual: torch.Tensor, expected: torch.Tensor) -> li
     The kind, the inner tensors present (which usages), their dtypes and shapes, the settings,
     and the bytes of every inner tensor but the scales. Scale bytes are left to the value
     comparison: with equal codes, a scale can differ without changing a value only in padding
-    (unspecified, ``recipes-numerics`` §8) or in a block whose codes are all zero.
+    (unspecified: ``docs/recipes/index.md#stored-layouts``) or in a block whose codes are all zero.
     """
     kind_a, inner_a, settings_a, stale_a = quantization_state(actual)
     kind_e, inner_e, settings_e, stale_e = quantization_state(expected)

@@ -4,8 +4,8 @@ Each check takes a :class:`~refops.testing.lifecycle.probe.Subject` and returns
 its evidence when the property holds, or raises ``Violation``, ``NotApplicable``
 or ``NotChecked`` (see :mod:`refops.testing.lifecycle.probe`). The materialized
 module is always compared with the module built directly on the target device
-under the same seed: values must be bit-identical, as in ``§1.4`` of the
-ecosystem notes (the best-in-class deferred-init contract).
+under the same seed: values must be bit-identical, as
+``docs/lifecycle.md#the-states-of-a-parameter`` promises.
 """
 
 from __future__ import annotations

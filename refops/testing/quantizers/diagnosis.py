@@ -2,8 +2,8 @@
 :func:`refops.testing.format_diagnosis.diagnose_mismatch` in the form it reads.
 
 ``diagnose_mismatch`` works on codes and scales that tile each other in row-major
-order. The reference's stored layouts do not all do so (``recipes-numerics``
-§2-§3: column-wise FP8 and NVFP4 data transposed, FP8 block scaling's 1-D scales
+order. The reference's stored layouts do not all do so (``docs/recipes/index.md#stored-layouts``:
+column-wise FP8 and NVFP4 data transposed, FP8 block scaling's 1-D scales
 in the GEMM-ready ``(K / 128, M)``), so this module brings both results to the
 nominal ``(M, K)`` view first; only the check for a transposed result looks at the
 candidate's data as stored.

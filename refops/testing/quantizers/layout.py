@@ -3,7 +3,7 @@
 :func:`refops.testing.check_quantizer` compares a candidate's codes and scales
 with the reference's element by element, so that a mismatch can be reported
 with the input value it came from. This module maps the stored layouts
-(``recipes-numerics`` §2-§3) back to the nominal ``(M, K)`` view:
+(``docs/recipes/index.md#stored-layouts``) back to the nominal ``(M, K)`` view:
 
 * per-tensor FP8: row-wise ``_data`` ``(M, K)``, column-wise ``_transpose``
   ``(K, M)``, one fp32 ``_scale_inv``;
@@ -13,7 +13,7 @@ with the input value it came from. This module maps the stored layouts
   E4M3 block-scale bytes per 16 elements, plus a global fp32 amax.
 
 Scale tensors are compared over their valid region only: padding is unspecified
-(pitfall 7 of ``recipes-numerics`` §8).
+(``docs/recipes/index.md#stored-layouts``).
 """
 
 from __future__ import annotations

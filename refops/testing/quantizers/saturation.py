@@ -6,7 +6,7 @@ before ``.to(float8)``. Whether it *forgot* the clamp shows only where torch's
 own cast does something else with such a value: torch up to 2.11 gives NaN for
 E4M3 (``|v| > 464``) and E5M2 gives inf (``|v| >= 61440``) on every version, but
 from torch 2.13 the eager E4M3 cast saturates by itself
-(``recipes-numerics`` §0.2). There a kernel without the clamp writes exactly the
+(``docs/recipes/index.md#the-cast``). There a kernel without the clamp writes exactly the
 bytes of one with it, and no comparison of outputs can tell them apart; the
 report says so instead of passing in silence.
 """

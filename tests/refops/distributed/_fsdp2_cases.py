@@ -1,4 +1,4 @@
-"""Models, data and training loops shared by the FSDP2 tests (spec distributed.md §3.3 and §6).
+"""Models, data and training loops shared by the FSDP2 tests (``docs/distributed.md#what-refops-promises-under-fsdp2``).
 
 The model is LayerNorm(64) -> Linear(64, 128) -> GELU -> Linear(128, 64) (sizes are multiples of 32 and
 the shards of 64 and 32 rows are too, so MXFP8 can quantize them), trained with MSE and Adam (lr 1e-2).

@@ -1,4 +1,5 @@
-"""Distributed checkpoints of FSDP2 models with quantized weights, every recipe, bit for bit (spec distributed.md §6).
+"""Distributed checkpoints of FSDP2 models with quantized weights, every recipe, bit for bit
+(``docs/distributed.md#distributed-checkpoints``).
 
 A model built under ``quantized_model_init(recipe)`` and root-sharded over 2 gloo ranks trains 2 Adam steps,
 then ``torch.distributed.checkpoint`` saves its model and optimizer state (``get_state_dict``). Before the

@@ -1,5 +1,6 @@
-"""Distributed checkpoints (spec distributed.md §6, F6): ``torch.distributed.checkpoint``'s
-``get_model_state_dict`` / ``set_model_state_dict`` on an FSDP2-sharded refops model, full and sharded,
+"""Distributed checkpoints (``docs/distributed.md#distributed-checkpoints``, case F6):
+``torch.distributed.checkpoint``'s ``get_model_state_dict`` / ``set_model_state_dict`` on an FSDP2-sharded
+refops model, full and sharded,
 with and without the ``_extra_state`` keys, round-trip bit for bit on 2 forked gloo ranks.
 
 The model trains one step under delayed scaling first, so its extra state (amax histories and scales) is

@@ -1,4 +1,5 @@
-"""DTensor tensor parallelism on refops ops (spec distributed.md §6, T1), on 2 forked gloo ranks.
+"""DTensor tensor parallelism on refops ops (``docs/distributed.md#tensor-parallelism-with-dtensor``, case T1),
+on 2 forked gloo ranks.
 
 torch's ``ColwiseParallel``/``RowwiseParallel`` accept only ``nn.Linear``/``nn.Embedding``, so the DTensor
 path for a refops ``Linear`` is ``distribute_module``: the weight is sharded (``Shard(0)``: column-wise,

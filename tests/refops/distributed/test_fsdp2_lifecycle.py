@@ -1,4 +1,5 @@
-"""FSDP2 with the parameter lifecycle intact (spec distributed.md §6, F1-F4, F7, F8), on 2 forked gloo ranks.
+"""FSDP2 with the parameter lifecycle intact (``docs/distributed.md#what-refops-promises-under-fsdp2``;
+cases F1-F4, F7, F8), on 2 forked gloo ranks.
 
 Every case runs in one fork (module-scoped fixture); each test asserts one acceptance item on both ranks'
 results. The reference is a single process training the same model on the whole batch under the same

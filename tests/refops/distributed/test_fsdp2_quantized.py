@@ -1,4 +1,5 @@
-"""Quantized weights under FSDP2 (spec distributed.md §6, F5), every recipe, on 2 forked gloo ranks.
+"""Quantized weights under FSDP2 (``docs/distributed.md#quantized-weights-under-fsdp2``, case F5), every recipe,
+on 2 forked gloo ranks.
 
 A model built inside ``quantized_model_init(recipe)`` (eagerly, or on meta and then ``to_empty`` +
 ``reset_parameters()``) is root-sharded with ``fully_shard``. Checked per recipe:

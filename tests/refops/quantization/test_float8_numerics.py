@@ -85,7 +85,7 @@ def test_delayed_scaling_uses_given_scale_and_records_amax(device: torch.device)
 
 
 def test_delayed_scaling_first_step_saturates(device: torch.device) -> None:
-    # Initial state: scale 1, so anything above 448 saturates (recipes-numerics §2.1).
+    # Initial state: scale 1, so anything above 448 saturates (docs/recipes/delayed-scaling.md#pitfalls).
     q = _delayed(1.0, device=device)(torch.tensor([1000.0, -2.0], device=device))
     assert q.dequantize().tolist() == [448.0, -2.0]
 

@@ -5,7 +5,8 @@ that dtype, divided ``fmax / amax`` in that dtype and upcast the scale to fp32 o
 cast then multiplied the bf16 tensor by the 0-dim fp32 scale, which type promotion keeps in bf16.
 So the scale is rounded to bf16 and every scaled value is rounded to bf16 before the FP8 cast.
 The fix upcasts first (the amax to float64, the tensor to fp32). Re-created here inside TE's order
-of operations (recipes-numerics §0.3); the twin is that order with the fix, fp32 from the start.
+of operations (``docs/recipes/current-scaling.md#the-arithmetic``); the twin is that order with the fix,
+fp32 from the start.
 """
 
 from __future__ import annotations

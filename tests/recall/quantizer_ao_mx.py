@@ -1,6 +1,6 @@
 """torchao's block-scaled casts: two shipped defects, each one fix away from TE's encoding.
 
-* MXFP8 (pytorch/ao#4117): ``mx_cast`` is TE's rule (recipes-numerics §0.4), the one
+* MXFP8 (pytorch/ao#4117): ``mx_cast`` is TE's rule (``docs/recipes/mxfp8.md#the-arithmetic``), the one
   :mod:`.quantizer_mxfp8` builds: block exponent e from v = RN(amax * fl(1/448)) rounded up to a power
   of two, data ``x * 2^(127 - e)``, the exact reciprocal of the block scale. torchao's CUDA kernel took
   that reciprocal with ``exp2f_rcp``, which returned 1 for the biased exponent 0 (the scale 2^-127,

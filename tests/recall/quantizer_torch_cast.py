@@ -1,6 +1,6 @@
 """Per-tensor FP8 quantizers whose defect is a PyTorch primitive they rely on, as it behaved before its fix.
 
-Each quantizer is TE's (recipes-numerics §0.3) and leans on one torch op for one edge case; the bug
+Each quantizer is TE's (``docs/recipes/current-scaling.md#the-arithmetic``) and leans on one torch op for one edge case; the bug
 replaces that op by its behaviour before the PyTorch fix, written out in plain torch:
 
 * the saturating clamp before the cast (pytorch/pytorch#15338): CUDA's ``clamp(x, lo, hi)`` tested

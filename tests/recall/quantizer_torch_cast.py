@@ -1,7 +1,7 @@
 """Per-tensor FP8 quantizers whose defect is a PyTorch primitive they rely on, as it behaved before its fix.
 
-Each quantizer is TE's (``docs/recipes/current-scaling.md#the-arithmetic``) and leans on one torch op for one edge case; the bug
-replaces that op by its behaviour before the PyTorch fix, written out in plain torch:
+Each quantizer is TE's (``docs/recipes/current-scaling.md#the-arithmetic``) and leans on one torch op for one
+edge case; the bug replaces that op by its behaviour before the PyTorch fix, written out in plain torch:
 
 * the saturating clamp before the cast (pytorch/pytorch#15338): CUDA's ``clamp(x, lo, hi)`` tested
   ``x < hi`` first, so NaN failed the test and came out as ``hi``; the fix reordered the tests so that

@@ -170,25 +170,24 @@ def _differing_grads(module: torch.nn.Module, twin: torch.nn.Module) -> list[str
 
 def load_state_dict_assign_into_meta(s: Subject) -> str:
     """``load_state_dict(state, assign=True)`` into a meta-built module materializes it, keeps aliases, and keeps
-    each parameter's ``requires_grad`` as the module set it (one owner is frozen first, in the source too; the
-    checkpoint's plain tensors carry no flag, and the module's must win)."""
+    each parameter's ``requires_grad`` as the module set it (checked on a second meta-built module with one owner
+    frozen before the load: the checkpoint's plain tensors carry no flag, and the module's must win)."""
     source = s.eager(seed_offset=1)
     trainable(source)
-    module = s.meta()
-    frozen = parameters_to_freeze(module)
-    for m in (source, module):
-        named = dict(m.named_parameters(remove_duplicate=False))
-        for name in frozen:
-            named[name].requires_grad_(False)
     state = _clone_keeping_ties(source.state_dict())
+    module = s.meta()
     before = alias_structure(module)
-    try:
-        module.load_state_dict(state, assign=True)
-    except Exception as error:  # noqa: BLE001
-        raise Violation(f"load_state_dict(assign=True) raised {describe_exception(error)}") from error
+    _load_assigning(module, state)
     problems = compare_tensors(named_tensors(module), named_tensors(source), what="tensor", device=s.device)
     problems += alias_changes(before, alias_structure(module))
-    loaded = dict(module.named_parameters(remove_duplicate=False))
+    # Another meta-built module with one owner frozen (all trainable above, so that every grad is checked there).
+    frozen_module = s.meta()
+    frozen = parameters_to_freeze(frozen_module)
+    named = dict(frozen_module.named_parameters(remove_duplicate=False))
+    for name in frozen:
+        named[name].requires_grad_(False)
+    _load_assigning(frozen_module, state)
+    loaded = dict(frozen_module.named_parameters(remove_duplicate=False))
     thawed = [name for name in frozen if name in loaded and loaded[name].requires_grad]
     if thawed:
         problems.append(f"requires_grad became True on the frozen {', '.join(thawed)}")
@@ -204,6 +203,13 @@ def load_state_dict_assign_into_meta(s: Subject) -> str:
     kept = f"; {', '.join(frozen)} stayed frozen" if frozen else ""
     return (f"{plural(len(named_tensors(module)), 'tensor')} loaded bit-identically; {describe_aliases(before)}"
             f"{kept}{ran}")
+
+
+def _load_assigning(module: torch.nn.Module, state: dict) -> None:
+    try:
+        module.load_state_dict(state, assign=True)
+    except Exception as error:  # noqa: BLE001
+        raise Violation(f"load_state_dict(assign=True) raised {describe_exception(error)}") from error
 
 
 def _clone_keeping_ties(state: dict) -> dict:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from ...formats import E4M3, E5M2, Float8Format, bits_from_fp32, fp32_from_bits
+from ...layouts import columnwise_layout  # also still imported from here by the sharding modules
 
 __all__ = [
     "float8_format",
@@ -18,7 +19,6 @@ __all__ = [
     "amax",
     "compute_scale_from_amax",
     "reciprocal_rn",
-    "columnwise_layout",
     "quantize_float8",
     "dequantize_float8",
 ]
@@ -101,14 +101,6 @@ def compute_scale_from_amax(
     if force_pow_2_scales:
         scale = fp32_from_bits(bits_from_fp32(scale) & _EXPONENT_MASK).reshape(scale.shape)
     return torch.where(degenerate, 1.0, scale)
-
-
-def columnwise_layout(data: torch.Tensor) -> torch.Tensor:
-    """The column-wise (Hopper, "transposed") copy of row-wise bytes: shape ``(K, *lead)``."""
-    if data.dim() == 0:
-        return data.clone()
-    k = data.shape[-1]
-    return data.reshape(-1, k).t().contiguous().reshape(k, *data.shape[:-1])
 
 
 def quantize_float8(

@@ -100,7 +100,7 @@ def gemm_operand_of(t: object, usage: str, name: str, *, values: bool = True) ->
 def dequantize_gemm_operand(op: GemmOperand, backend: "KernelBackend", dtype: torch.dtype) -> torch.Tensor:
     """``op``'s values, ``op.shape`` (the nominal orientation), by ``backend``'s dequantize kernel of its format,
     rounded once to ``dtype``: bit for bit the flattened ``dequantize(dtype=dtype, usage=op.usage)`` of the tensor
-    that made ``op`` (NVFP4 column-wise data with the RHT stays in the Hadamard domain). Contiguous."""
+    that made ``op`` (NVFP4 column-wise data with the RHT stays in the Hadamard domain)."""
     if op.data is None or op.scale_inv is None:
         raise ValueError(f"dequantize_gemm_operand: the {op.format} operand carries no data or scales")
     columnwise = op.usage == "columnwise"

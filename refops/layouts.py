@@ -107,7 +107,8 @@ def columnwise_shape(shape: Shape) -> tuple[int, ...]:
 def columnwise_layout(data: torch.Tensor) -> torch.Tensor:
     """The column-wise (Hopper, "transposed") copy of row-wise bytes: ``(M, K)`` transposed, shape ``(K, *lead)``.
 
-    A new contiguous tensor; a 0-dim tensor is its own transpose (cloned).
+    Contiguous; where the transpose is the same memory (a single row, or a single column) torch's
+    ``contiguous`` returns a view, so the copy shares ``data``'s storage. A 0-dim tensor is cloned.
     """
     if data.dim() == 0:
         return data.clone()
@@ -116,7 +117,8 @@ def columnwise_layout(data: torch.Tensor) -> torch.Tensor:
 
 
 def rowwise_layout(columnwise: torch.Tensor, shape: Shape) -> torch.Tensor:
-    """Inverse of :func:`columnwise_layout`: the row-wise form, of nominal ``shape``, of a transposed copy."""
+    """Inverse of :func:`columnwise_layout`: the row-wise form, of nominal ``shape``, of a transposed copy
+    (contiguous; a view of it where that is the same memory, as there)."""
     shape = tuple(shape)
     if not shape:
         return columnwise.clone()

@@ -73,7 +73,7 @@ def quantize_float8_block(
     force_pow_2_scales: bool,
     amax_epsilon: float,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """``(rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv)``; None where not asked.
+    """``KernelBackend.quantize_float8_block`` (the contract).
 
     1D: each orientation is quantized separately from ``x`` (1x128 along K
     row-wise, along M column-wise). 2D: one quantization; column-wise is its transpose.
@@ -119,7 +119,7 @@ def dequantize_float8_block(
     block_scaling_dim: int,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """``RN(float(q) * scale_inv_block)`` in fp32, rounded once to ``out_dtype``; same shape as ``data``.
+    """``KernelBackend.dequantize_float8_block``: ``RN(float(q) * scale_inv_block)`` in fp32, one rounding.
 
     ``data`` is stored row-wise ``(*lead, K)`` (2-D view ``(M, K)``) or column-wise
     ``(K, *lead)`` (2-D view ``(K, M)``).

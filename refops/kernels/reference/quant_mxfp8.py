@@ -63,13 +63,9 @@ def quantize_mxfp8(
     columnwise: bool,
     with_2d_quantization: bool = False,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """``(rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv)``; None where not asked.
-
-    Both usages are quantized independently from ``x``. With
-    ``with_2d_quantization`` one ``e`` per 32x32 tile serves both: the data of the
-    two usages is byte-identical and each scale tensor repeats the tile's byte
-    per row (row-wise) or per column (column-wise).
-    """
+    """``KernelBackend.quantize_mxfp8`` (the contract). Both usages are quantized independently from ``x``;
+    with ``with_2d_quantization`` each scale tensor repeats its 32x32 tile's byte per row (row-wise) or per
+    column (column-wise)."""
     check_mxfp8_shape(x.shape)
     m, k = rows_cols(x.shape)
     b = MXFP8_BLOCK_SIZE
@@ -105,10 +101,8 @@ def dequantize_mxfp8(
     columnwise: bool,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """``float(q) * 2^(e-127)`` (fp32), rounded once to ``out_dtype``; same shape as ``data``.
-
-    ``columnwise`` says which layout ``scale_inv`` has (32x1 blocks, else 1x32).
-    """
+    """``KernelBackend.dequantize_mxfp8``; ``columnwise`` says which layout ``scale_inv`` has (32x1 blocks, else
+    1x32)."""
     m, k = rows_cols(data.shape)
     b = MXFP8_BLOCK_SIZE
     rows, cols = mxfp8_scale_valid_shape(data.shape, columnwise=columnwise)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
+
+from refops.layouts import ceil_div
 
 from . import _cuda
 from ._cuda import get_kernel, launch
@@ -29,23 +30,13 @@ _sm_count = _cuda.sm_count
 
 def _grid(work_items: int, device: torch.device, *, block: int = _THREADS) -> tuple[int]:
     """Enough blocks for ``work_items`` (one per thread), capped at 16 blocks per SM (kernels grid-stride)."""
-    return (max(1, min(-(-work_items // block), 16 * _sm_count(device.index or 0))),)
+    return (max(1, min(ceil_div(work_items, block), 16 * _sm_count(device.index or 0))),)
 
 
 def _aligned(t: torch.Tensor) -> torch.Tensor:
     """``t`` contiguous with a 16-byte aligned start (a copy only when needed), for vector loads."""
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()
-
-
-def _rows_cols(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
-    """``(M, K)``: the product of the leading dims and the last dim (1 for a 0-dim shape)."""
-    k = shape[-1] if len(shape) > 0 else 1
-    return math.prod(shape[:-1]), k
-
-
-def _ceil_div(n: int, d: int) -> int:
-    return -(-n // d)
 
 
 def _run(filename: str, name: str, grid: tuple[int, ...], block: int | tuple[int, ...], args: tuple[Any, ...],

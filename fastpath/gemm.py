@@ -8,9 +8,12 @@ tensor cores align partial sums to a ~13-bit accumulator), so results match the
 reference within ``gemm_tols`` (plain) or ``quantization_tols`` (quantized).
 
 Quantized operands with more than two dims are flattened to ``(rows, last
-dim)``, as in the reference. Operands the fast path does not take (CPU, mixed
-dtypes, plain non-2-D, a missing usage, an RHT mismatch) go to the reference,
-which also raises its errors.
+dim)``, as in the reference. Like the reference, the GEMMs read a quantized
+operand only as the plain arrays of its ``gemm_operand(usage)``
+(``refops.kernels.GemmOperand``, :mod:`fastpath.gemm_operands`), which may also
+be passed directly. Operands the fast path does not take (CPU, mixed dtypes,
+plain non-2-D, a missing usage, an RHT mismatch) go to the reference, which
+also raises its errors.
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from typing import Any, Iterator, Optional
 import torch
 
 from refops.kernels.gemm_numerics import SPLIT_ACCUMULATOR, gemm_numerics, gemm_role
-from refops.quantization import Float8Tensor, QuantizedTensor
-from refops.quantization.quantizer import torch_fp8_dtype
+from refops.kernels.gemm_operand import GemmOperand, dequantize_gemm_operand, is_gemm_operand_source
+from refops.kernels.reference.gemm_operands import gemm_usages
 
 from .gemm_blockwise import blockwise_scaled_mm_operands
 from .gemm_epilogue import add_bias_and_round
+from .gemm_operands import read_operand
 
 __all__ = ["GemmKernels", "GemmPath", "GEMM_PATHS", "gemm_path"]
 
@@ -47,7 +51,7 @@ _FP8_TENSORWISE = GemmPath(
     "Float8Tensor x Float8Tensor",
     "cuBLAS FP8 GEMM (sm_89+) via torch._scaled_mm: row-wise data, or the column-wise (transposed) copy, "
     "so the first operand is row-major and the second column-major (.t() views); scale_a/scale_b are the "
-    "tensors' _scale_inv; split accumulator (use_fast_accum=False), the closest to the reference (under "
+    "tensors' scale inverses; split accumulator (use_fast_accum=False), the closest to the reference (under "
     "refops.gemm_numerics('hopper'): fprop fast accumulation, as TE and the hopper reference); alpha, "
     "out and accumulate applied to the fp32 result. Needs every dim % 16 == 0 and not E5M2 x E5M2, else "
     "dequantize + cuBLAS",
@@ -95,12 +99,12 @@ def gemm_path(a: torch.Tensor, b: torch.Tensor, *, trans_a: bool = False, trans_
               out_dtype: Optional[torch.dtype] = None) -> str:
     """The path (``GemmPath.path``) the fast path takes for these operands (``out_dtype``: the result's dtype,
     by default ``a``'s nominal dtype; block-scaled GEMMs depend on it)."""
-    quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
-    if not quantized:
+    if not (is_gemm_operand_source(a) or is_gemm_operand_source(b)):
         return "cublas"
-    if _scaled_mm_operands(a, b, trans_a, trans_b) is not None:
+    a_op, b_op = _read_operands(a, b, trans_a, trans_b)
+    if _scaled_mm_operands(a_op, b_op) is not None:
         return "scaled_mm"
-    blockwise = blockwise_scaled_mm_operands(a, b, trans_a, trans_b, out_dtype or a.dtype)
+    blockwise = blockwise_scaled_mm_operands(a_op, b_op, trans_a, trans_b, out_dtype or getattr(a, "dtype", None))
     return "scaled_mm" if blockwise is not None else "dequantize+cublas"
 
 
@@ -183,8 +187,10 @@ def _fp32_result_of_16bit_operands(a: torch.Tensor, b: torch.Tensor, target: tor
     the fp32 accumulator. cuBLAS then reads the 16-bit operands and writes fp32: an fp32 GEMM of upcast
     operands would compute the same products at a fraction of the tensor cores' 16-bit speed.
     """
-    return (target == torch.float32 and out is None and not accumulate and a.dtype == b.dtype
-            and a.dtype in (torch.float16, torch.bfloat16))
+    # A GemmOperand given directly has no nominal dtype: its GEMM runs from fp32 values.
+    a_dtype, b_dtype = getattr(a, "dtype", None), getattr(b, "dtype", None)
+    return (target == torch.float32 and out is None and not accumulate and a_dtype == b_dtype
+            and a_dtype in (torch.float16, torch.bfloat16))
 
 
 def _mm_fp32_result(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float) -> torch.Tensor:
@@ -194,56 +200,58 @@ def _mm_fp32_result(a2: torch.Tensor, b2: torch.Tensor, *, alpha: float) -> torc
     return acc if alpha == 1.0 else acc * alpha
 
 
-def _usage(trans: bool, operand: str) -> str:
-    """The usage a GEMM reads: a's last dim (row-wise) unless trans_a; b's first dim unless trans_b."""
-    if operand == "a":
-        return "columnwise" if trans else "rowwise"
-    return "rowwise" if trans else "columnwise"
+def _read_operands(a: Any, b: Any, trans_a: bool, trans_b: bool) -> tuple[Any, Any]:
+    """``(a, b)`` with each quantized operand replaced by its ``GemmOperand`` in the usage the GEMM reads (None
+    where the fast path does not take it: see :func:`fastpath.gemm_operands.read_operand`); plain tensors as
+    they are."""
+    usages = gemm_usages(trans_a, trans_b)
+    a_op, b_op = (read_operand(t, usages[name], name) if is_gemm_operand_source(t) else t
+                  for name, t in (("a", a), ("b", b)))
+    return a_op, b_op
 
 
-def _reads_hadamard_domain(t: torch.Tensor, usage: str) -> bool:
-    return usage == "columnwise" and bool(getattr(t, "_columnwise_rht", False))
+def _output_columns(b: Any, trans_b: bool) -> int:
+    """The columns of ``op(b)`` (-1 for a tensor of fewer than 2 dims): what a bias must match."""
+    if isinstance(b, GemmOperand):
+        return b.shape[0] if trans_b else b.shape[1]
+    return (b.shape[0] if trans_b else b.shape[-1]) if b.dim() >= 2 else -1
 
 
-def _rows_2d(data: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """Row-wise bytes ``(*lead, K)`` as ``(rows, K)``; None if absent or not contiguous."""
-    return data.reshape(-1, data.shape[-1]) if data is not None and data.is_contiguous() else None
+def _is_float8(t: Any) -> bool:
+    return isinstance(t, GemmOperand) and t.format == "float8"
 
 
-def _transpose_2d(data: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
-    """Column-wise (transposed) bytes ``(K, *lead)`` as ``(K, rows)``; None if absent or not contiguous."""
-    return data.reshape(data.shape[0], -1) if data is not None and data.is_contiguous() else None
+def _contiguous(data: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    return data if data is not None and data.is_contiguous() else None
 
 
-def _scaled_mm_operands(a, b, trans_a: bool, trans_b: bool):
-    """``(mat1, mat2, scale_a, scale_b)`` for ``torch._scaled_mm``, or None if the pair does not qualify."""
-    if not (type(a) is Float8Tensor and type(b) is Float8Tensor and a.dim() >= 2 and b.dim() >= 2):
+def _scaled_mm_operands(a: Any, b: Any):
+    """``(mat1, mat2, scale_a, scale_b)`` for ``torch._scaled_mm`` of two per-tensor FP8 operands read in the
+    GEMM's usages (``GemmOperand``), or None if the pair does not qualify."""
+    if not (_is_float8(a) and _is_float8(b)):
         return None
-    if not (a.is_cuda and torch.cuda.get_device_capability(a.device) >= (8, 9)):
+    if not (a.device.type == "cuda" and torch.cuda.get_device_capability(a.device) >= (8, 9)):
         return None
-    fp8 = (torch_fp8_dtype(a._fp8_dtype), torch_fp8_dtype(b._fp8_dtype))
-    if fp8 == (torch.float8_e5m2, torch.float8_e5m2):
+    if (a.fp8_dtype, b.fp8_dtype) == (torch.float8_e5m2, torch.float8_e5m2):
         return None  # cuBLAS has no E5M2 x E5M2 GEMM
-    # Leading dims flatten into rows, as in the reference: t is (rows, last) = t2d.
-    # op(a) = a2d or a2d.T: row-major either way (the transpose copy holds a2d.T row-major).
-    a_data = _transpose_2d(a._transpose) if trans_a else _rows_2d(a._data)
-    # op(b) = b2d.T or b2d: the .t() view of row-major data is the column-major operand cuBLAS wants.
-    b_data = _rows_2d(b._data) if trans_b else _transpose_2d(b._transpose)
+    # Each operand's bytes have the contracted dim last (the row-wise data or the transposed copy): op(a) is
+    # row-major either way, and the .t() view of op(b)'s row-major bytes is the column-major operand cuBLAS wants.
+    a_data, b_data = _contiguous(a.data), _contiguous(b.data)
     if a_data is None or b_data is None:
         return None
-    mat1, mat2 = a_data.view(fp8[0]), b_data.view(fp8[1]).t()
+    mat1, mat2 = a_data.view(a.fp8_dtype), b_data.view(b.fp8_dtype).t()
     m, k = mat1.shape
     n = mat2.shape[1]
     if min(m, k, n) == 0 or m % 16 or k % 16 or n % 16:
         return None
-    return mat1, mat2, a._scale_inv.reshape(()).float(), b._scale_inv.reshape(()).float()
+    return mat1, mat2, a.scale_inv.reshape(()).float(), b.scale_inv.reshape(()).float()
 
 
-def _fast_accumulation(a, b, role: Optional[str], trans_a: bool, trans_b: bool) -> bool:
+def _fast_accumulation(a: Any, b: Any, role: Optional[str], trans_a: bool, trans_b: bool) -> bool:
     """``use_fast_accum`` of a per-tensor FP8 ``_scaled_mm``: the split accumulator (False, the closest to
     the exact reference), except under ``refops.gemm_numerics("hopper")``, where each role gets the
     accumulation of TE's per-tensor recipes (fprop fast) so that the GPU computes what the reference models."""
-    if gemm_numerics() != "hopper" or not (type(a) is Float8Tensor and type(b) is Float8Tensor):
+    if gemm_numerics() != "hopper" or not (_is_float8(a) and _is_float8(b)):
         return False
     return not SPLIT_ACCUMULATOR[gemm_role(role, trans_a=trans_a, trans_b=trans_b)]
 
@@ -268,11 +276,13 @@ class GemmKernels:
         kwargs = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha, out=out,
                       accumulate=accumulate, role=role)
         target = out.dtype if out is not None else out_dtype
-        if not self._fast_gemm(a, b, out, accumulate, target, trans_a, trans_b):
+        operands = self._fast_operands(a, b, out, accumulate, target, trans_a, trans_b)
+        if operands is None:
             return super().gemm(a, b, bias=bias, **kwargs) if bias is not None else super().gemm(a, b, **kwargs)
+        a_op, b_op = operands
         if bias is not None:
-            return self._gemm_bias(a, b, bias, target=target, **kwargs)
-        quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
+            return self._gemm_bias(a, b, a_op, b_op, bias, target=target, **kwargs)
+        quantized = isinstance(a_op, GemmOperand) or isinstance(b_op, GemmOperand)
         wide = _fp32_result_of_16bit_operands(a, b, target, out, accumulate)
         if not quantized:
             if wide:
@@ -282,47 +292,48 @@ class GemmKernels:
             result = _mm(a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha, out=out,
                          accumulate=accumulate)
         else:
-            operands = _scaled_mm_operands(a, b, trans_a, trans_b)
-            if operands is None:  # FP8 block scaling: cuBLAS's block-scaled GEMM where it takes the pair
+            mm_operands = _scaled_mm_operands(a_op, b_op)
+            if mm_operands is None:  # FP8 block scaling: cuBLAS's block-scaled GEMM where it takes the pair
                 scaled_mm_out = target if alpha == 1.0 and not accumulate else torch.float32  # as _scaled_mm below
-                operands = blockwise_scaled_mm_operands(a, b, trans_a, trans_b, scaled_mm_out)
-            if operands is not None:
-                return self._scaled_mm(operands, target=target, alpha=alpha, out=out, accumulate=accumulate,
-                                       use_fast_accum=_fast_accumulation(a, b, role, trans_a, trans_b))
+                mm_operands = blockwise_scaled_mm_operands(a_op, b_op, trans_a, trans_b, scaled_mm_out)
+            if mm_operands is not None:
+                return self._scaled_mm(mm_operands, target=target, alpha=alpha, out=out, accumulate=accumulate,
+                                       use_fast_accum=_fast_accumulation(a_op, b_op, role, trans_a, trans_b))
             operand_dtype = a.dtype if wide else target  # the operands' nominal 16-bit dtype for an fp32 result
-            a2 = self._dequantized(a, _usage(trans_a, "a"), operand_dtype)
-            b2 = self._dequantized(b, _usage(trans_b, "b"), operand_dtype)
+            a2 = self._dequantized(a_op, operand_dtype)
+            b2 = self._dequantized(b_op, operand_dtype)
             if wide:
                 return _mm_fp32_result(a2.t() if trans_a else a2, b2.t() if trans_b else b2, alpha=alpha)
             result = _mm(a2.t() if trans_a else a2, b2.t() if trans_b else b2, alpha=alpha, out=out,
                          accumulate=accumulate)
         return result if out is None else out
 
-    def _gemm_bias(self, a, b, bias: torch.Tensor, *, target: torch.dtype, trans_a: bool, trans_b: bool,
-                   out_dtype: torch.dtype, alpha: float, out: Optional[torch.Tensor], accumulate: bool,
+    def _gemm_bias(self, a, b, a_op, b_op, bias: torch.Tensor, *, target: torch.dtype, trans_a: bool,
+                   trans_b: bool, out_dtype: torch.dtype, alpha: float, out: Optional[torch.Tensor], accumulate: bool,
                    role: Optional[str]) -> torch.Tensor:
         """``gemm(..., bias=bias)``: the bias in cuBLAS's epilogue (``addmm`` / ``_scaled_mm(bias=)``), added
         to the fp32 accumulator before the one rounding, where cuBLAS takes it: a 16-bit result, a bias of
         that dtype, no ``out``/``accumulate``. Elsewhere the fp32 result, the bias added in fp32, one
-        rounding: the reference's arithmetic, and no more memory traffic than before the ``bias`` keyword."""
+        rounding: the reference's arithmetic, and no more memory traffic than before the ``bias`` keyword.
+        ``a_op``, ``b_op``: ``a`` and ``b`` as :meth:`_fast_operands` read them."""
         kwargs = dict(trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha, out=out,
                       accumulate=accumulate, role=role)
-        n = (b.shape[0] if trans_b else b.shape[-1]) if b.dim() >= 2 else -1
+        n = _output_columns(b, trans_b)
         if not (bias.dim() == 1 and bias.shape[0] == n and bias.is_cuda and bias.device == a.device):
             return super().gemm(a, b, bias=bias, **kwargs)  # the reference names the problem
         epilogue = (out is None and not accumulate and bias.dtype == target
                     and target in (torch.float16, torch.bfloat16) and bias.is_contiguous())
         if epilogue:
-            quantized = isinstance(a, QuantizedTensor) or isinstance(b, QuantizedTensor)
-            operands = _scaled_mm_operands(a, b, trans_a, trans_b) if quantized else None
+            quantized = isinstance(a_op, GemmOperand) or isinstance(b_op, GemmOperand)
+            operands = _scaled_mm_operands(a_op, b_op) if quantized else None
             if operands is not None and alpha == 1.0:
                 mat1, mat2, scale_a, scale_b = operands
                 return torch._scaled_mm(mat1, mat2, scale_a=scale_a, scale_b=scale_b, bias=bias, out_dtype=target,
-                                        use_fast_accum=_fast_accumulation(a, b, role, trans_a, trans_b))
-            if operands is None and not (quantized and self._blockwise(a, b, trans_a, trans_b, target)):
+                                        use_fast_accum=_fast_accumulation(a_op, b_op, role, trans_a, trans_b))
+            if operands is None and not (quantized and self._blockwise(a_op, b_op, trans_a, trans_b, target)):
                 if quantized:
-                    a = self._dequantized(a, _usage(trans_a, "a"), target)
-                    b = self._dequantized(b, _usage(trans_b, "b"), target)
+                    a = self._dequantized(a_op, target)
+                    b = self._dequantized(b_op, target)
                 if a.dtype == b.dtype == target:
                     with _fp32_accumulation():
                         return torch.addmm(bias, a.t() if trans_a else a, b.t() if trans_b else b, alpha=alpha)
@@ -332,37 +343,35 @@ class GemmKernels:
         return super().gemm(a, b, bias=bias, **kwargs)
 
     @staticmethod
-    def _blockwise(a, b, trans_a: bool, trans_b: bool, target: torch.dtype) -> bool:
+    def _blockwise(a_op, b_op, trans_a: bool, trans_b: bool, target: torch.dtype) -> bool:
         """Whether the pair runs as one block-scaled cuBLAS GEMM into ``target`` (which takes no bias)."""
-        return blockwise_scaled_mm_operands(a, b, trans_a, trans_b, target) is not None
+        return blockwise_scaled_mm_operands(a_op, b_op, trans_a, trans_b, target) is not None
 
     @staticmethod
-    def _fast_gemm(a, b, out, accumulate, target, trans_a, trans_b) -> bool:
-        """CUDA operands on one device (plain ones 2-D), a float result, every usage the GEMM reads present."""
+    def _fast_operands(a, b, out, accumulate, target, trans_a, trans_b) -> Optional[tuple[Any, Any]]:
+        """``(a, b)`` as the fast path reads them, each quantized operand as its ``GemmOperand`` in the usage the
+        GEMM reads (plain ones as they are); None where the reference runs the GEMM. The fast path takes CUDA
+        operands on one device (plain ones 2-D, quantized ones 2-D or N-D flattened to ``(rows, last dim)``), a
+        float result, every usage the GEMM reads present, both operands in or out of the Hadamard domain."""
         if target not in _FLOATS or (accumulate and out is None):
-            return False
-        tensors = [t for t in (a, b, out) if t is not None]
-        if not all(t.is_cuda and t.device == a.device for t in tensors):
-            return False
-        usages = {"a": _usage(trans_a, "a"), "b": _usage(trans_b, "b")}
-        hadamard = []
-        for name, t in (("a", a), ("b", b)):
-            if isinstance(t, QuantizedTensor):  # 2-D, or N-D flattened to (rows, last dim)
-                if t.dim() < 2 or not t.has_usage(usages[name]):
-                    return False
-                hadamard.append(_reads_hadamard_domain(t, usages[name]))
-            else:
-                if t.dtype not in _FLOATS or t.dim() != 2:
-                    return False
-                hadamard.append(False)
-        return hadamard[0] == hadamard[1]
+            return None
+        devices = [t.device for t in (a, b, out) if t is not None]
+        if not all(d.type == "cuda" and d == devices[0] for d in devices):
+            return None
+        a_op, b_op = _read_operands(a, b, trans_a, trans_b)
+        for t, op in ((a, a_op), (b, b_op)):
+            if is_gemm_operand_source(t):
+                if op is None:
+                    return None
+            elif t.dtype not in _FLOATS or t.dim() != 2:
+                return None
+        hadamard = [isinstance(op, GemmOperand) and op.hadamard for op in (a_op, b_op)]
+        return (a_op, b_op) if hadamard[0] == hadamard[1] else None
 
-    @staticmethod
-    def _dequantized(t: torch.Tensor, usage: str, dtype: torch.dtype) -> torch.Tensor:
-        """``t`` in ``dtype``: a quantized tensor dequantized by the active backend's kernels."""
-        if isinstance(t, QuantizedTensor):
-            values = t.dequantize(dtype=dtype, usage=usage)
-            return values.reshape(-1, values.shape[-1])
+    def _dequantized(self, t: Any, dtype: torch.dtype) -> torch.Tensor:
+        """``t`` in ``dtype``: a ``GemmOperand`` dequantized by this backend's kernels, ``(rows, last dim)``."""
+        if isinstance(t, GemmOperand):
+            return dequantize_gemm_operand(t, self, dtype)
         return t if t.dtype == dtype else t.to(dtype)
 
     @staticmethod

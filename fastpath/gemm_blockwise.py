@@ -9,8 +9,10 @@ accumulation), so the result matches the reference's exact dequantize-then-fp32 
 tolerance, like the per-tensor path.
 
 Layouts. A GEMM reads each operand as ``D`` of shape ``(R, C)``, ``C`` the contracted dim, row-major: the
-row-wise data of a tensor whose last dim is contracted, the column-wise (transposed) data otherwise. refops
-keeps the scale inverses of ``D`` in TE's GEMM-ready layout ``S``:
+row-wise data of a tensor whose last dim is contracted, the column-wise (transposed) data otherwise; both are
+the ``data`` of its ``GemmOperand`` (the kernel interface's seam: nothing else of the tensor is read). refops
+keeps the scale inverses of ``D`` (``GemmOperand.scale_inv``) in TE's GEMM-ready layout ``S``
+(:func:`refops.layouts.float8_block_scale_shape`):
 
 * 1x128 blocks: ``S`` of shape ``(ceil(C/128), round_up(R, 4))``, ``S[c, r]`` the scale of row ``r``'s block ``c``;
 * 128x128 tiles: ``S`` of shape ``(ceil(R/128), round_up(ceil(C/128), 4))``, ``S[r, c]`` the scale of tile ``(r, c)``.
@@ -38,12 +40,15 @@ from typing import Optional
 
 import torch
 
-from refops.quantization import Float8BlockwiseQTensor
-from refops.quantization.quantizer import torch_fp8_dtype
+from refops.kernels import current_backend
+from refops.kernels.gemm_operand import GemmOperand, dequantize_gemm_operand
+from refops.layouts import FP8_BLOCK_SIZE as BLOCK
+from refops.layouts import ceil_div
+
+from .gemm_operands import read_operand
 
 __all__ = ["BlockwiseSupport", "blockwise_scaled_mm_operands", "support", "scale_view"]
 
-BLOCK = 128
 #: The output dtypes the probe tries.
 _OUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -85,17 +90,13 @@ def support(device: torch.device) -> Optional[BlockwiseSupport]:
     return found
 
 
-def _ceil_div(n: int, d: int) -> int:
-    return -(-n // d)
-
-
 def scale_view(s: torch.Tensor, rows: int, cols: int, *, tiles: bool, convention: str) -> Optional[torch.Tensor]:
     """The scale tensor ``_scaled_mm`` checks against an operand ``D`` of shape ``(rows, cols)`` (see the module
     docstring) from refops's layout ``s``: a view where the strides allow it, else a small copy. None when ``s``
     is too small for ``D``, or the tile convention is "aligned" and ``cols / 128`` is not a multiple of 4."""
     if s is None or s.dim() != 2 or s.dtype != torch.float32 or s.stride(1) != 1:
         return None
-    cb = _ceil_div(cols, BLOCK)
+    cb = ceil_div(cols, BLOCK)
     if not tiles:  # (cb, >= rows): blocks of one row; _scaled_mm wants (rows, cb) with strides (1, rows)
         if s.shape[0] < cb or s.shape[1] < rows:
             return None
@@ -103,13 +104,13 @@ def scale_view(s: torch.Tensor, rows: int, cols: int, *, tiles: bool, convention
         if cb > 1 and valid.stride(0) != rows:
             valid = valid.contiguous()
         return valid.t()
-    rb = _ceil_div(rows, BLOCK)
+    rb = ceil_div(rows, BLOCK)
     if s.shape[0] < rb or s.shape[1] < cb:
         return None
     valid = s[:rb, :cb]
     if rb == 1:  # one row of tiles: no row stride to agree on
         return valid
-    padded_stride = _ceil_div(cb, 4) * 4
+    padded_stride = ceil_div(cb, 4) * 4
     if convention == "aligned":
         return valid if cb == padded_stride and valid.stride(0) == cb else None
     if convention == "padded_behind_compact":
@@ -131,72 +132,86 @@ def _padded_copy(valid: torch.Tensor, row_stride: int) -> torch.Tensor:
     return out[:, : valid.shape[1]]
 
 
-def _operand(t: Float8BlockwiseQTensor, columnwise: bool) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
-    """``(D, S)``: the data the GEMM reads as ``(R, C)`` (C contracted) and its scales, or Nones."""
-    data = t._columnwise_data if columnwise else t._rowwise_data
-    scale = t._columnwise_scale_inv if columnwise else t._rowwise_scale_inv
-    if data is None or scale is None or not data.is_contiguous() or data.dim() < 1:
-        return None, None
-    d = data.reshape(data.shape[0], -1) if columnwise else data.reshape(-1, data.shape[-1])
-    return d, scale
+def _operands(a: object, b: object, trans_a: bool,
+              trans_b: bool) -> tuple[Optional[GemmOperand], Optional[GemmOperand]]:
+    """The ``GemmOperand`` of each side in the usage the GEMM reads, each None unless it is FP8 block-scaled:
+    op(a) = a contracts a's last dim (row-wise data), op(a) = a^T its leading dims (column-wise data); op(b) = b^T
+    contracts b's last dim (row-wise data), op(b) = b its leading dims (column-wise data)."""
+    a_op = read_operand(a, "columnwise" if trans_a else "rowwise", "a")
+    b_op = read_operand(b, "rowwise" if trans_b else "columnwise", "b")
+    blockwise = [op if op is not None and op.format == "float8_block" else None for op in (a_op, b_op)]
+    return blockwise[0], blockwise[1]
 
 
-def _build(a: Float8BlockwiseQTensor, b: Float8BlockwiseQTensor, trans_a: bool, trans_b: bool,
+def _data(op: GemmOperand) -> Optional[torch.Tensor]:
+    """``D``: the bytes the GEMM reads as ``(R, C)`` (C contracted), or None if absent or not contiguous."""
+    data = op.data
+    return data if data is not None and op.scale_inv is not None and data.is_contiguous() else None
+
+
+def _build(a: object, b: object, trans_a: bool, trans_b: bool,
            convention: str) -> Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
-    """``(mat1, mat2, scale_a, scale_b)`` for ``op(a) @ op(b)``, or None (see the module docstring)."""
-    if a._is_2D_scaled and b._is_2D_scaled:
-        return None  # no (128x128, 128x128) GEMM in cuBLAS
-    fp8_a, fp8_b = torch_fp8_dtype(a._fp8_dtype), torch_fp8_dtype(b._fp8_dtype)
-    if fp8_a == fp8_b == torch.float8_e5m2:
+    """``(mat1, mat2, scale_a, scale_b)`` for ``op(a) @ op(b)`` of two FP8 block-scaled operands (``GemmOperand``
+    sources), or None (see the module docstring)."""
+    a_op, b_op = _operands(a, b, trans_a, trans_b)
+    if a_op is None or b_op is None:
         return None
-    # op(a) = a contracts a's last dim (row-wise data); op(a) = a^T its leading dims (column-wise data).
-    d_a, s_a = _operand(a, columnwise=trans_a)
-    # op(b) = b^T contracts b's last dim (row-wise data); op(b) = b its leading dims (column-wise data).
-    d_b, s_b = _operand(b, columnwise=not trans_b)
+    tiles_a, tiles_b = a_op.block_scaling_dim == 2, b_op.block_scaling_dim == 2
+    if tiles_a and tiles_b:
+        return None  # no (128x128, 128x128) GEMM in cuBLAS
+    if a_op.fp8_dtype == b_op.fp8_dtype == torch.float8_e5m2:
+        return None
+    d_a, d_b = _data(a_op), _data(b_op)
     if d_a is None or d_b is None:
         return None
     (m, k), (n, k_b) = d_a.shape, d_b.shape
     if k != k_b or m % BLOCK or n % BLOCK or k % BLOCK or min(m, n, k) == 0:
         return None
-    scale_a = scale_view(s_a, m, k, tiles=a._is_2D_scaled, convention=convention)
-    scale_b = scale_view(s_b, n, k, tiles=b._is_2D_scaled, convention=convention)
+    scale_a = scale_view(a_op.scale_inv, m, k, tiles=tiles_a, convention=convention)
+    scale_b = scale_view(b_op.scale_inv, n, k, tiles=tiles_b, convention=convention)
     if scale_a is None or scale_b is None:
         return None
-    return d_a.view(fp8_a), d_b.view(fp8_b).t(), scale_a, scale_b.t()
+    return d_a.view(a_op.fp8_dtype), d_b.view(b_op.fp8_dtype).t(), scale_a, scale_b.t()
 
 
-def blockwise_scaled_mm_operands(a: torch.Tensor, b: torch.Tensor, trans_a: bool, trans_b: bool,
+def blockwise_scaled_mm_operands(a: object, b: object, trans_a: bool, trans_b: bool,
                                  out_dtype: torch.dtype) -> Optional[tuple]:
     """``(mat1, mat2, scale_a, scale_b)`` for ``torch._scaled_mm`` computing ``op(a) @ op(b)`` into
-    ``out_dtype``, or None when the pair does not qualify (see the module docstring)."""
-    if not (type(a) is Float8BlockwiseQTensor and type(b) is Float8BlockwiseQTensor):
+    ``out_dtype`` (``a``, ``b``: quantized tensors or their ``GemmOperand``), or None when the pair does not
+    qualify (see the module docstring)."""
+    a_op, b_op = _operands(a, b, trans_a, trans_b)
+    if a_op is None or b_op is None or a_op.device.type != "cuda" or b_op.device != a_op.device:
         return None
-    if a.dim() < 2 or b.dim() < 2 or not a.is_cuda or b.device != a.device:
-        return None
-    found = support(a.device)
+    found = support(a_op.device)
     if found is None or out_dtype not in found.out_dtypes:
         return None
-    return _build(a, b, trans_a, trans_b, found.tiles)
+    return _build(a_op, b_op, trans_a, trans_b, found.tiles)
 
 
 # ------------------------------------------------------------------------------------------ the probe
-def _probe_operand(rows: int, cols: int, tiles: bool, g: torch.Generator, device: torch.device):
-    """A quantized operand whose 1x128 blocks and 128x128 tiles have scales that differ from their neighbours':
-    ``x = randn * 2^(T + R)``, T per 128x128 tile in [-3, 2], R per (row, 128 columns) in [-2, 0]."""
-    from refops.quantization import DType, Float8BlockQuantizer
-
+def _probe_operand(rows: int, cols: int, tiles: bool, g: torch.Generator,
+                   device: torch.device) -> dict[str, GemmOperand]:
+    """An operand whose 1x128 blocks and 128x128 tiles have scales that differ from their neighbours':
+    ``x = randn * 2^(T + R)``, T per 128x128 tile in [-3, 2], R per (row, 128 columns) in [-2, 0], quantized by
+    the active backend's kernel as ``Float8BlockQuantizer(E4M3)`` does; its ``GemmOperand`` per usage."""
     tile = torch.randint(-3, 3, (rows // BLOCK, cols // BLOCK), generator=g)
     row = torch.randint(-2, 1, (rows, cols // BLOCK), generator=g)
     exponent = (tile.repeat_interleave(BLOCK, 0) + row).repeat_interleave(BLOCK, 1)
     x = torch.randn(rows, cols, generator=g) * torch.exp2(exponent.float())
-    quantizer = Float8BlockQuantizer(DType.kFloat8E4M3, rowwise=True, columnwise=True,
-                                     block_scaling_dim=2 if tiles else 1)
-    return quantizer(x.to(device=device, dtype=torch.bfloat16))
+    dim = 2 if tiles else 1
+    row_data, row_scale, col_data, col_scale = current_backend().quantize_float8_block(
+        x.to(device=device, dtype=torch.bfloat16), fp8_dtype=torch.float8_e4m3fn, rowwise=True, columnwise=True,
+        block_scaling_dim=dim, force_pow_2_scales=True, amax_epsilon=0.0)
+    layout = dict(format="float8_block", shape=(rows, cols), fp8_dtype=torch.float8_e4m3fn, block_scaling_dim=dim)
+    return {"rowwise": GemmOperand(usage="rowwise", data=row_data, scale_inv=row_scale, **layout),
+            "columnwise": GemmOperand(usage="columnwise", data=col_data, scale_inv=col_scale, **layout)}
 
 
-def _probe_case(a, b, trans_a: bool, trans_b: bool, out_dtype: torch.dtype, convention: str) -> bool:
+def _probe_case(a: dict[str, GemmOperand], b: dict[str, GemmOperand], trans_a: bool, trans_b: bool,
+                out_dtype: torch.dtype, convention: str) -> bool:
     """One GEMM by block-scaled ``_scaled_mm`` against the float64 product of the dequantized operands."""
-    operands = _build(a, b, trans_a, trans_b, convention)
+    a_op, b_op = a["columnwise" if trans_a else "rowwise"], b["rowwise" if trans_b else "columnwise"]
+    operands = _build(a_op, b_op, trans_a, trans_b, convention)
     if operands is None:
         return False
     try:
@@ -204,8 +219,8 @@ def _probe_case(a, b, trans_a: bool, trans_b: bool, out_dtype: torch.dtype, conv
         got = torch.ops.aten._scaled_mm.default(*operands, None, None, out_dtype, False)
     except Exception:  # an older torch or cuBLAS, or a layout this torch does not accept
         return False
-    a64 = a.dequantize(dtype=torch.float32, usage="columnwise" if trans_a else "rowwise").double()
-    b64 = b.dequantize(dtype=torch.float32, usage="rowwise" if trans_b else "columnwise").double()
+    a64 = dequantize_gemm_operand(a_op, current_backend(), torch.float32).double()
+    b64 = dequantize_gemm_operand(b_op, current_backend(), torch.float32).double()
     a64 = a64.t() if trans_a else a64
     b64 = b64.t() if trans_b else b64
     expected = a64 @ b64

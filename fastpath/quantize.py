@@ -46,20 +46,18 @@ import numpy as np
 import torch
 
 from refops.kernels.reference.quant_mxfp8 import check_mxfp8_shape
+from refops.layouts import (
+    ceil_div,
+    columnwise_shape,
+    float8_block_scale_shape,
+    float8_block_scale_valid_shape,
+    mxfp8_scale_shape,
+    mxfp8_scale_valid_shape,
+    rows_cols,
+)
 
 from ._cuda import f32, f64, i32, i64, ptr
-from ._quantize_launch import (
-    _SUFFIX,
-    _THREADS,
-    _aligned,
-    _ceil_div,
-    _fast_input,
-    _grid,
-    _on_cuda,
-    _rows_cols,
-    _run,
-    _sm_count,
-)
+from ._quantize_launch import _SUFFIX, _THREADS, _aligned, _fast_input, _grid, _on_cuda, _run, _sm_count
 
 __all__ = ["QuantizeKernels"]
 
@@ -81,7 +79,7 @@ _MXFP8_BLOCKS_PER_SM = {torch.float32: 2, torch.float16: 4, torch.bfloat16: 4}
 # ------------------------------------------------------------------ helpers
 def _chunk_grid(vectors: int, per_block: int) -> tuple[int]:
     """One block per ``per_block`` 16-byte vectors (the flat kernels' chunks); at least one block."""
-    return (max(1, _ceil_div(vectors, per_block)),)
+    return (max(1, ceil_div(vectors, per_block)),)
 
 
 def _persistent_grid(tiles: int, device: torch.device, blocks_per_sm: int) -> tuple[int]:
@@ -89,11 +87,7 @@ def _persistent_grid(tiles: int, device: torch.device, blocks_per_sm: int) -> tu
     kernel's ``__launch_bounds__`` guarantees, times the SMs), with the tiles spread evenly so that every
     block runs the same number of rounds (no last round with a few blocks alone)."""
     slots = blocks_per_sm * _sm_count(device.index or 0)
-    return (max(1, _ceil_div(tiles, _ceil_div(tiles, slots))),)
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return _ceil_div(n, multiple) * multiple
+    return (max(1, ceil_div(tiles, ceil_div(tiles, slots))),)
 
 
 def _f32_from_bits(bits: int) -> np.float32:
@@ -158,7 +152,7 @@ class QuantizeKernels:
             return super().quantize_float8(x, scale, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise,
                                            amax_accumulator=amax_accumulator)
         e5m2 = _FP8[fp8_dtype][0]
-        m, k = _rows_cols(x.shape)
+        m, k = rows_cols(x.shape)
         xc = _aligned(x)
         # The kernels read one fp32 value through a pointer (a (1,) fp32 scale, the common case, as it is).
         s = scale if scale.dtype == torch.float32 else scale.to(torch.float32)
@@ -168,8 +162,8 @@ class QuantizeKernels:
         sfx = _SUFFIX[x.dtype]
         # The kernels update the accumulator themselves (fmaxf by compare-and-swap, one per block).
         if columnwise:
-            col = torch.empty((k, *x.shape[:-1]), dtype=torch.uint8, device=x.device)
-            tiles = _ceil_div(m, 128) * _ceil_div(k, 128)
+            col = torch.empty(columnwise_shape(x.shape), dtype=torch.uint8, device=x.device)
+            tiles = ceil_div(m, 128) * ceil_div(k, 128)
             vec_in, vec_row, vec_col = int(k % 8 == 0), int(k % 8 == 0), int(m % 16 == 0)
             _run("cast_fp8.cu", f"fp8_cast_transpose_{sfx}",
                  (tiles,), _TILE_THREADS,
@@ -201,16 +195,17 @@ class QuantizeKernels:
             return super().quantize_mxfp8(x, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise,
                                           with_2d_quantization=with_2d_quantization)
         e5m2, _, inv_fmax_bits = _FP8[fp8_dtype]
-        m, k = _rows_cols(x.shape)
+        m, k = rows_cols(x.shape)
         xc = _aligned(x)
         dev = x.device
         u8 = dict(dtype=torch.uint8, device=dev)
         row_data = torch.empty(x.shape, **u8) if rowwise else None
-        row_scale = _scales(_round_up(m, 128), _round_up(k // 32, 4), m, k // 32, **u8) if rowwise else None
+        row_scale = _scales(mxfp8_scale_shape(x.shape), mxfp8_scale_valid_shape(x.shape), **u8) if rowwise else None
         col_data = torch.empty(x.shape, **u8) if columnwise else None
-        col_scale = _scales(_round_up(m // 32, 4), _round_up(k, 128), m // 32, k, **u8) if columnwise else None
+        col_scale = (_scales(mxfp8_scale_shape(x.shape, columnwise=True),
+                             mxfp8_scale_valid_shape(x.shape, columnwise=True), **u8) if columnwise else None)
         mode = "2d" if with_2d_quantization else "both" if rowwise and columnwise else "rows" if rowwise else "cols"
-        tiles = (m // 32) * _ceil_div(k, 256)
+        tiles = (m // 32) * ceil_div(k, 256)
         _run("mxfp8.cu", f"mxfp8_quantize_{mode}_{_SUFFIX[x.dtype]}",
              _persistent_grid(tiles, dev, _MXFP8_BLOCKS_PER_SM[x.dtype]), _THREADS,
              (ptr(xc), i32(m), i32(k), i32(e5m2), f32(_f32_from_bits(inv_fmax_bits)),
@@ -219,8 +214,8 @@ class QuantizeKernels:
         return row_data, row_scale, col_data, col_scale
 
     def dequantize_mxfp8(self, data, scale_inv, *, fp8_dtype, columnwise, out_dtype):
-        m, k = _rows_cols(data.shape)
-        needed = (m // 32, k) if columnwise else (m, k // 32)
+        m, k = rows_cols(data.shape)
+        needed = mxfp8_scale_valid_shape(data.shape, columnwise=columnwise)
         ok = (_on_cuda(data, scale_inv) and fp8_dtype in _FP8 and out_dtype in _SUFFIX and data.numel() > 0
               and data.dtype in (torch.uint8, fp8_dtype) and scale_inv.dtype == torch.uint8 and scale_inv.dim() == 2
               and scale_inv.stride(1) == 1 and k % 32 == 0 and (not columnwise or m % 32 == 0)
@@ -248,22 +243,21 @@ class QuantizeKernels:
                 x, fp8_dtype=fp8_dtype, rowwise=rowwise, columnwise=columnwise, block_scaling_dim=block_scaling_dim,
                 force_pow_2_scales=force_pow_2_scales, amax_epsilon=amax_epsilon)
         e5m2, fmax, _ = _FP8[fp8_dtype]
-        m, k = _rows_cols(x.shape)
+        m, k = rows_cols(x.shape)
         dev = x.device
         xc = _aligned(x)
         two_d = block_scaling_dim == 2
-        bm, bk = _ceil_div(m, 128), _ceil_div(k, 128)
-        if two_d:
-            row_scale_shape, col_scale_shape = (bm, _round_up(bk, 4)), (bk, _round_up(bm, 4))
-            row_valid, col_valid = (bm, bk), (bk, bm)
-        else:
-            row_scale_shape, col_scale_shape = (bk, _round_up(m, 4)), (bm, _round_up(k, 4))
-            row_valid, col_valid = (bk, m), (bm, k)
+        bm, bk = ceil_div(m, 128), ceil_div(k, 128)
+        layout = dict(block_scaling_dim=block_scaling_dim)
+        row_scale_shape = float8_block_scale_shape(x.shape, **layout)
+        col_scale_shape = float8_block_scale_shape(x.shape, columnwise=True, **layout)
+        row_valid = float8_block_scale_valid_shape(x.shape, **layout)
+        col_valid = float8_block_scale_valid_shape(x.shape, columnwise=True, **layout)
         f32_on_dev = dict(dtype=torch.float32, device=dev)
         row_data = torch.empty(x.shape, dtype=torch.uint8, device=dev) if rowwise else None
-        row_scale = _scales(*row_scale_shape, *row_valid, **f32_on_dev) if rowwise else None
+        row_scale = _scales(row_scale_shape, row_valid, **f32_on_dev) if rowwise else None
         col_data = torch.empty((k, *x.shape[:-1]), dtype=torch.uint8, device=dev) if columnwise else None
-        col_scale = _scales(*col_scale_shape, *col_valid, **f32_on_dev) if columnwise else None
+        col_scale = _scales(col_scale_shape, col_valid, **f32_on_dev) if columnwise else None
         value_for_inf = float(torch.finfo(x.dtype).max)
         mode = "2d" if two_d else "both" if rowwise and columnwise else "rows" if rowwise else "cols"
         _run("fp8_block.cu", f"fp8_block_quantize_{mode}_{_SUFFIX[x.dtype]}",
@@ -281,7 +275,7 @@ class QuantizeKernels:
         if ok:
             r = data.shape[0] if columnwise else data.numel() // data.shape[-1]
             c = data.numel() // r
-            needed = (_ceil_div(r, 128), _ceil_div(c, 128)) if block_scaling_dim == 2 else (_ceil_div(c, 128), r)
+            needed = float8_block_scale_valid_shape((r, c), block_scaling_dim=block_scaling_dim)  # data's own 2-D view
             ok = (scale_inv.shape[0] >= needed[0] and scale_inv.shape[1] >= needed[1]
                   and max(r, c, scale_inv.stride(0)) < 2**31)  # the kernel indexes with 32-bit rows and columns
         if not ok:
@@ -298,11 +292,11 @@ class QuantizeKernels:
         return out
 
 # ------------------------------------------------------------------ family helpers
-def _scales(rows: int, cols: int, valid_rows: int, valid_cols: int, **kwargs: Any) -> torch.Tensor:
-    """A scale tensor the kernel fills: zero-filled only when it has padding (the kernel writes every valid
-    element, so without padding ``torch.empty`` spares a fill kernel)."""
-    alloc = torch.empty if (rows, cols) == (valid_rows, valid_cols) else torch.zeros
-    return alloc(rows, cols, **kwargs)
+def _scales(shape: tuple[int, int], valid: tuple[int, int], **kwargs: Any) -> torch.Tensor:
+    """A scale tensor of ``shape`` the kernel fills over ``valid``: zero-filled only when it has padding (the
+    kernel writes every valid element, so without padding ``torch.empty`` spares a fill kernel)."""
+    alloc = torch.empty if tuple(shape) == tuple(valid) else torch.zeros
+    return alloc(*shape, **kwargs)
 
 
 def _row_vector_blocks(rows: int, vectors: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -311,8 +305,8 @@ def _row_vector_blocks(rows: int, vectors: int) -> tuple[tuple[int, int], tuple[
     (``DEQ_ROWS``); row blocks past 65535 are walked by a grid-stride loop."""
     tx = min(256, 1 << max(0, (vectors - 1).bit_length()))
     ty = 256 // tx
-    row_blocks = _ceil_div(rows, ty * 4)
-    return (_ceil_div(vectors, tx), max(1, min(row_blocks, 65535))), (tx, ty)
+    row_blocks = ceil_div(rows, ty * 4)
+    return (ceil_div(vectors, tx), max(1, min(row_blocks, 65535))), (tx, ty)
 
 
 def _mxfp8_shape_ok(shape: torch.Size) -> bool:

@@ -33,21 +33,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from refops.kernels.reference.quant_nvfp4 import check_random_bytes, nvfp4_scale_shape, validate_options
+from refops.kernels.reference.quant_nvfp4 import check_random_bytes, validate_options
+from refops.layouts import ceil_div, nvfp4_scale_shape, nvfp4_scale_valid_shape, rows_cols
 
 from . import _cuda
 from ._cuda import f32, get_kernel, i32, i64, ptr
-from ._quantize_launch import (
-    _SUFFIX,
-    _THREADS,
-    _aligned,
-    _ceil_div,
-    _fast_input,
-    _on_cuda,
-    _rows_cols,
-    _run,
-    _sm_count,
-)
+from ._quantize_launch import _SUFFIX, _THREADS, _aligned, _fast_input, _on_cuda, _run, _sm_count
 
 __all__ = ["Nvfp4Kernels"]
 
@@ -73,14 +64,14 @@ class Nvfp4Kernels:
             return super().quantize_nvfp4(x, **options, amax_rowwise=amax_rowwise, amax_columnwise=amax_columnwise)
         err_mode = err_mode.upper()
         e4m3_max_4over6 = float(e4m3_max_4over6)
-        validate_options(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d=with_2d_quantization, with_rht=with_rht,
-                          stochastic_rounding=stochastic_rounding, use_4over6=use_4over6,
-                          e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled))
+        validate_options(x, dict(rowwise=rowwise, columnwise=columnwise, with_2d_quantization=with_2d_quantization,
+                                 with_rht=with_rht, stochastic_rounding=stochastic_rounding, use_4over6=use_4over6,
+                                 e4m3_max_4over6=e4m3_max_4over6, err_mode=err_mode, row_scaled=row_scaled))
         m, k = x.shape
         check_random_bytes("random_bytes_rowwise", random_bytes_rowwise, (m, k), stochastic_rounding and rowwise)
         check_random_bytes("random_bytes_columnwise", random_bytes_columnwise, (k, m),
                             stochastic_rounding and columnwise)
-        return _nvfp4_quantize(
+        return _quantize_nvfp4(
             _aligned(x), rowwise=rowwise, columnwise=columnwise, two_d=with_2d_quantization,
             rht=with_rht and columnwise, sign_mask=with_random_sign_mask,
             random_rowwise=_aligned(random_bytes_rowwise) if stochastic_rounding and rowwise else None,
@@ -89,7 +80,7 @@ class Nvfp4Kernels:
         )
 
     def dequantize_nvfp4(self, data, scale_inv, amax, *, shape, columnwise, e4m3_max, out_dtype):
-        plan = _nvfp4_dequantize_plan(data, scale_inv, amax, shape, columnwise, out_dtype)
+        plan = _dequantize_nvfp4_plan(data, scale_inv, amax, shape, columnwise, out_dtype)
         if plan is None:
             return super().dequantize_nvfp4(data, scale_inv, amax, shape=shape, columnwise=columnwise,
                                             e4m3_max=e4m3_max, out_dtype=out_dtype)
@@ -104,19 +95,19 @@ class Nvfp4Kernels:
             # one per block: a block per tile (DEQ_COLS_THREADS / DEQ_COLS_MINB in nvfp4.cu: 4 resident per SM for
             # 16-bit outputs, 6 for fp32)
             wide = out.element_size() == 2
-            tiles = _ceil_div(rows, 64) * _ceil_div(cols, 256 if wide else 64)
+            tiles = ceil_div(rows, 64) * ceil_div(cols, 256 if wide else 64)
             _run("nvfp4.cu", f"nvfp4_dequantize_cols_{sfx}", (tiles,), 512 if wide else _THREADS,
                  (ptr(q), i32(rows), i32(cols), *common), dev)
         else:  # grid-stride over 16-blocks (fp32) or 32-block chunks: one wave of resident blocks
             # (DEQ_ROWS_MINB in nvfp4.cu: 6 per SM for 16-bit outputs, 8 for fp32), no partial last wave
             per_sm = 6 if out.element_size() == 2 else 8
-            blocks = min(_ceil_div(rows * cols // 16, _THREADS), per_sm * _sm_count(dev.index or 0))
+            blocks = min(ceil_div(rows * cols // 16, _THREADS), per_sm * _sm_count(dev.index or 0))
             _run("nvfp4.cu", f"nvfp4_dequantize_rows_{sfx}", (blocks,), _THREADS,
                  (ptr(q), i64(rows), i64(cols), *common), dev)
         return out
 
 
-def _nvfp4_quantize(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: bool, rht: bool, sign_mask: bool,
+def _quantize_nvfp4(x: torch.Tensor, *, rowwise: bool, columnwise: bool, two_d: bool, rht: bool, sign_mask: bool,
                     random_rowwise: torch.Tensor | None, random_columnwise: torch.Tensor | None, use_4over6: bool,
                     e4m3_max: float, mse: bool) -> tuple[Any, ...]:
     """Validated, aligned ``x`` ``(M, K)``: pass 1 (global amaxes, one streaming read), pass 2 (data and scales)."""
@@ -146,11 +137,11 @@ def nvfp4_global_amaxes(x: torch.Tensor, *, rowwise: bool, columnwise: bool, rht
         # of the chunks: 8 blocks per SM, as for the plain amax, ran 2.67 waves, the last a third empty
         wave = _cuda.resident_blocks(get_kernel("nvfp4.cu", "nvfp4_rht_amax_bf16", dev.index), dev.index, _THREADS,
                                      fallback_per_sm=2)
-        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (max(1, min(_ceil_div(tasks, _THREADS), wave)),), _THREADS,
+        _run("nvfp4.cu", "nvfp4_rht_amax_bf16", (max(1, min(ceil_div(tasks, _THREADS), wave)),), _THREADS,
              (ptr(x), i32(m), i32(k), i32(int(sign_mask)), ptr(row_amax), ptr(col_amax)), dev)
     else:  # both orientations see the same values
         n16 = x.numel() * x.element_size() // 16  # K % 16 == 0: whole 16-byte vectors
-        _run("nvfp4.cu", f"nvfp4_amax_{_SUFFIX[x.dtype]}", (max(1, min(_ceil_div(n16, 4 * _THREADS), 8 * sms)),),
+        _run("nvfp4.cu", f"nvfp4_amax_{_SUFFIX[x.dtype]}", (max(1, min(ceil_div(n16, 4 * _THREADS), 8 * sms)),),
              _THREADS, (ptr(x), i64(n16), ptr(row_amax), ptr(col_amax)), dev)
     return amaxes
 
@@ -180,7 +171,7 @@ def nvfp4_cast(x: torch.Tensor, amaxes: torch.Tensor, *, rowwise: bool, columnwi
         variant = "sr_rht" if sr else "rht"
     else:
         variant = "_".join(["2d"] * two_d + ["sr"] * sr) or "std"
-    tiles = _ceil_div(m, 64) * _ceil_div(k, 256 // x.element_size())  # 64 rows x 256 bytes
+    tiles = ceil_div(m, 64) * ceil_div(k, 256 // x.element_size())  # 64 rows x 256 bytes
     name = f"nvfp4_quantize_{variant}_{sfx}"
     # persistent blocks, one wave of them (MINB in nvfp4.cu: 3 per SM; 4 for 1x16 4over6, 2 for SR with the RHT)
     wave = _cuda.resident_blocks(get_kernel("nvfp4.cu", name, dev.index), dev.index, _THREADS, fallback_per_sm=2)
@@ -194,17 +185,17 @@ def nvfp4_cast(x: torch.Tensor, amaxes: torch.Tensor, *, rowwise: bool, columnwi
 
 def _nvfp4_scale_tensor(rows: int, cols: int, device: torch.device) -> torch.Tensor:
     """Scale bytes for data ``rows x cols``: the kernel writes ``[:rows, :cols/16]``; padding (if any) is zero."""
-    shape = nvfp4_scale_shape(rows, cols)
-    padded = shape != (rows, cols // 16)
+    shape = nvfp4_scale_shape((rows, cols))
+    padded = shape != nvfp4_scale_valid_shape((rows, cols))
     return (torch.zeros if padded else torch.empty)(shape, dtype=torch.uint8, device=device)
 
 
-def _nvfp4_dequantize_plan(data: torch.Tensor, scale_inv: torch.Tensor, amax: Any, shape: Any, columnwise: bool,
+def _dequantize_nvfp4_plan(data: torch.Tensor, scale_inv: torch.Tensor, amax: Any, shape: Any, columnwise: bool,
                            out_dtype: torch.dtype) -> tuple[int, int, torch.Tensor] | None:
     """``(rows, cols, amax fp32)`` when the kernels take these inputs as the reference reads them, else None."""
     if len(shape) == 0 or not _on_cuda(data, scale_inv) or out_dtype not in _SUFFIX:
         return None
-    m, k = _rows_cols(tuple(int(d) for d in shape))
+    m, k = rows_cols(tuple(int(d) for d in shape))
     rows, cols = (k, m) if columnwise else (m, k)
     if (cols % 16 != 0 or data.dtype != torch.uint8 or tuple(data.shape) != (rows, cols // 2) or rows * cols == 0
             or scale_inv.dtype != torch.uint8 or scale_inv.dim() != 2 or scale_inv.stride(1) != 1

@@ -400,12 +400,11 @@ FP8_INSTANTIATE(__half, f16, 3)
 FP8_INSTANTIATE(__nv_bfloat16, bf16, 3)
 
 // ------------------------------------------------------------------ delayed scaling
-// One delayed-scaling recipe update (KernelBackend.delayed_scaling_update; the reference's torch code is the
-// spec): history (L, n) row-major, scale (n,), amax (n,) (amax may be history's row 0: every thread reads the
-// slot's amax before the block writes the slot). A slot with amax == 0 (NaN counts as used) is left alone;
-// otherwise m = fmaxf-fold from 0 of old[1..L-1] and amax ("max") or amax ("most_recent"), the history becomes
-// [0, old[2], ..., old[L-1], amax], and where m is finite and > 0 the scale becomes RN(num / m), +inf ->
-// FLT_MAX. Every fp32 operation without .ftz (ieee_f32.cuh): subnormal amaxes count.
+// One delayed-scaling recipe update: KernelBackend.delayed_scaling_update, whose docstring states it (the
+// reference's torch code is the spec): history (L, n) row-major, scale (n,), amax (n,) (amax may be history's
+// row 0: every thread reads the slot's amax before the block writes the slot). m is the fmaxf-fold from 0 of
+// old[1..L-1] and amax ("max"), num / m is one RN. Every fp32 operation without .ftz (ieee_f32.cuh): subnormal
+// amaxes count.
 // One block per slot, its threads across the history: a history of 1024 rows read and shifted by one thread
 // took ~50 us per launch. The fold is a tree of fmaxf over partial folds that each start from 0: fmaxf skips
 // NaN and every operand is >= 0 or NaN, so the tree gives the sequential fold's value (m's sign of zero

@@ -118,6 +118,10 @@ class KernelBackend:
     # ``torch.float8_e4m3fn`` or ``torch.float8_e5m2``; quantized data is returned
     # as uint8 bytes. Quantize methods return ``(rowwise_data, rowwise_scale_inv,
     # columnwise_data, columnwise_scale_inv)`` with None for a usage not asked for.
+    # Every array's shape and padding is defined in ``refops.layouts``. These docstrings
+    # are each kernel's contract, written once: the reference kernels
+    # (``refops.kernels.reference``) and the fast path implement them under the same
+    # method and argument names.
     def amax(self, x: torch.Tensor) -> torch.Tensor:
         """``max |x|`` over all elements as fp32 shape (1,): exact, NaNs skipped, empty gives 0."""
         raise NotImplementedError
@@ -193,9 +197,9 @@ class KernelBackend:
 
         ``e = e8m0_round_up(RN(amax * fl(1/fmax)))``, ``q = Q_F(x * 2^(127-e))``.
         Needs ``M % 32 == 0`` and ``K % 32 == 0``. Data keeps ``x``'s shape in both
-        usages (not transposed). uint8 scales, zero padding: row-wise
-        ``(round_up(M,128), round_up(K/32,4))`` ``[m, k/32]``; column-wise
-        ``(round_up(M/32,4), round_up(K,128))`` ``[m/32, k]``.
+        usages (not transposed). uint8 scales ``[m, k/32]`` / ``[m/32, k]``, zero-padded to
+        ``refops.layouts.mxfp8_scale_shape``. With ``with_2d_quantization`` one ``e`` per
+        32x32 tile serves both usages: their data is byte-identical.
         """
         raise NotImplementedError
 
@@ -227,10 +231,9 @@ class KernelBackend:
         Per block: ``s = compute_scale_from_amax(amax, fmax, pow2, eps,
         value_for_inf = finfo(x.dtype).max)``, ``q = Q_F(RN(x * s))``,
         ``scale_inv = RN(1/s)``. Column-wise data is transposed, ``(K, *lead)``.
-        fp32 GEMM-ready scales, zero padding: 1D row-wise ``(ceil(K/128),
-        round_up(M,4))`` ``[k/128, m]``; 1D column-wise ``(ceil(M/128), round_up(K,4))``
-        ``[m/128, k]``; 2D row-wise ``(ceil(M/128), round_up(ceil(K/128),4))``; 2D
-        column-wise = the transposed row-wise bytes and scales.
+        fp32 GEMM-ready scales, zero-padded to ``refops.layouts.float8_block_scale_shape``
+        (1D row-wise ``[k/128, m]``, column-wise ``[m/128, k]``; 2D row-wise
+        ``[m/128, k/128]``, column-wise the transposed row-wise bytes and scales).
         """
         raise NotImplementedError
 
@@ -269,12 +272,14 @@ class KernelBackend:
         amax_rowwise: torch.Tensor | None = None,
         amax_columnwise: torch.Tensor | None = None,
     ) -> tuple[Any, ...]:
-        """NVFP4 (``docs/recipes/nvfp4.md``) of 2-D ``x`` ``(M, K)``: ``reference.quant_nvfp4.nvfp4_quantize``.
+        """NVFP4 (``docs/recipes/nvfp4.md``) of 2-D ``x`` ``(M, K)``; the arithmetic, step by step, is
+        ``reference.quant_nvfp4.quantize_nvfp4``'s.
 
         Returns ``(rowwise_data, rowwise_scale_inv, rowwise_amax, columnwise_data,
         columnwise_scale_inv, columnwise_amax)``: packed E2M1 uint8 ``(M, K/2)`` /
-        ``(K, M/2)`` (transposed, RHT applied when ``with_rht``), padded E4M3 scale
-        bytes, fp32 amax ``(1,)`` (per data row if ``row_scaled``). Stochastic
+        ``(K, M/2)`` (transposed, RHT applied when ``with_rht``), E4M3 scale bytes
+        padded to ``refops.layouts.nvfp4_scale_shape``, fp32 amax ``(1,)`` (per data
+        row if ``row_scaled``). Stochastic
         rounding consumes the given random bytes (one uint8 per element of
         ``(M, K)`` / ``(K, M)``), so every byte is reproducible. ``amax_rowwise`` /
         ``amax_columnwise`` replace the computed global amaxes (amax reduction).

@@ -19,7 +19,7 @@ import torch
 
 from ..formats import FLT_MAX
 from ..kernels import current_backend
-from ..kernels.reference.quant_float8 import columnwise_layout
+from ..layouts import columnwise_layout, columnwise_shape, rowwise_layout
 from .quantized_tensor import QuantizedTensor
 from .quantizer import DType, Quantizer, canonicalize_fp8_dtype, torch_fp8_dtype
 
@@ -63,18 +63,15 @@ class Float8Tensor(QuantizedTensor):
             data, self._scale_inv, fp8_dtype=torch_fp8_dtype(self._fp8_dtype), out_dtype=dtype
         )
         if usage == "columnwise" and self.dim() > 0:
-            values = values.reshape(self.shape[-1], -1).t().reshape(self.shape)
+            return rowwise_layout(values, self.shape)
         return values.reshape(self.shape).contiguous()  # a 0-D tensor dequantizes to shape (), as in TE
 
     def _derive_usage(self, usage: str) -> None:
         # Both copies hold the same bytes: deriving one is a transpose, not a quantization.
         if usage == "columnwise":
             self._transpose = columnwise_layout(self._data)
-        elif self.dim() > 0:
-            k = self.shape[-1]
-            self._data = self._transpose.reshape(k, -1).t().contiguous().reshape(self.shape)
         else:
-            self._data = self._transpose.clone()
+            self._data = rowwise_layout(self._transpose, self.shape)
 
 
 class _PerTensorQuantizer(Quantizer):
@@ -122,8 +119,7 @@ class _PerTensorQuantizer(Quantizer):
         data = torch.empty(shape, dtype=torch.uint8, device=device) if self.rowwise_usage else None
         transpose = None
         if self.columnwise_usage:
-            t_shape = (shape[-1], *shape[:-1]) if len(shape) > 0 else shape
-            transpose = torch.empty(t_shape, dtype=torch.uint8, device=device)
+            transpose = torch.empty(columnwise_shape(shape), dtype=torch.uint8, device=device)
         return Float8Tensor(
             shape, dtype, device=device, requires_grad=requires_grad, quantizer=self, data=data,
             data_transpose=transpose, fp8_scale_inv=torch.ones(1, dtype=torch.float32, device=device),

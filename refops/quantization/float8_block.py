@@ -6,35 +6,30 @@ tiles (``=2``; weights by default), one fp32 scale per block:
 input dtype)``, ``q = Q_F(RN(x * s))``, ``scale_inv = RN(1/s)``. The column-wise
 data is transposed, ``(K, *lead)``: for 1D it is quantized separately along M,
 for 2D it is the exact transpose of the row-wise bytes and scales. Scale tensors
-are in TE's GEMM-ready padded layout (see :mod:`refops.kernels.reference.quant_float8_block`).
+are in TE's GEMM-ready padded layout (see :mod:`refops.layouts`).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Optional
 
 import torch
 
 from ..kernels import current_backend
+from ..layouts import (
+    FP8_BLOCK_SIZE,
+    columnwise_layout,
+    columnwise_shape,
+    float8_block_scale_shape,
+    float8_block_scale_valid_shape,
+    rowwise_layout,
+    rows_cols,
+    zero_padded,
+)
 from .quantized_tensor import QuantizedTensor
 from .quantizer import DType, Quantizer, canonicalize_fp8_dtype, torch_fp8_dtype
 
 __all__ = ["Float8BlockwiseQTensor", "Float8BlockQuantizer"]
-
-BLOCK_LEN = 128
-
-
-def _ceil_div(n: int, d: int) -> int:
-    return (n + d - 1) // d
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return _ceil_div(n, multiple) * multiple
-
-
-def _rows_cols(shape: torch.Size) -> tuple[int, int]:
-    return math.prod(shape[:-1]), (shape[-1] if len(shape) > 0 else 1)
 
 
 class Float8BlockwiseQTensor(QuantizedTensor):
@@ -57,10 +52,22 @@ class Float8BlockwiseQTensor(QuantizedTensor):
         self._fp8_dtype = canonicalize_fp8_dtype(self._fp8_dtype)
         self._is_2D_scaled = bool(self._is_2D_scaled)
 
+    def _usage_arrays(self, usage: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if usage == "columnwise":
+            return self._columnwise_data, self._columnwise_scale_inv
+        return self._rowwise_data, self._rowwise_scale_inv
+
+    def _gemm_arrays(self, usage: str, rows: int, last: int) -> dict[str, Any]:
+        # The bytes with the contracted dim last: row-wise (rows, last) or the transposed copy (last, rows);
+        # the GEMM-ready scales of that 2-D view.
+        data, scale_inv = self._usage_arrays(usage)
+        data = data.reshape(rows, last) if usage == "rowwise" else data.reshape(last, rows)
+        return {"data": data, "scale_inv": scale_inv, "fp8_dtype": torch_fp8_dtype(self._fp8_dtype),
+                "block_scaling_dim": 2 if self._is_2D_scaled else 1}
+
     def _dequantize_usage(self, usage: str, dtype: torch.dtype) -> torch.Tensor:
         columnwise = usage == "columnwise"
-        data = self._columnwise_data if columnwise else self._rowwise_data
-        scale_inv = self._columnwise_scale_inv if columnwise else self._rowwise_scale_inv
+        data, scale_inv = self._usage_arrays(usage)
         values = current_backend().dequantize_float8_block(
             data,
             scale_inv,
@@ -70,28 +77,24 @@ class Float8BlockwiseQTensor(QuantizedTensor):
             out_dtype=dtype,
         )
         if columnwise and self.dim() > 0:
-            values = values.reshape(self.shape[-1], -1).t().reshape(self.shape)
+            return rowwise_layout(values, self.shape)
         return values.contiguous()
 
     def _derive_usage(self, usage: str) -> None:
         """2D only: one orientation is the exact transpose of the other (bytes and tile scales)."""
         if not self._is_2D_scaled:
             super()._derive_usage(usage)
-        m, k = _rows_cols(self.shape)
-        mb, kb = _ceil_div(m, BLOCK_LEN), _ceil_div(k, BLOCK_LEN)
+        layout = dict(block_scaling_dim=2)
         if usage == "columnwise":
-            self._columnwise_data = self._rowwise_data.reshape(m, k).t().contiguous().reshape(k, *self.shape[:-1])
-            self._columnwise_scale_inv = _padded_transpose(self._rowwise_scale_inv[:mb, :kb])
+            self._columnwise_data = columnwise_layout(self._rowwise_data)
+            rows, cols = float8_block_scale_valid_shape(self.shape, **layout)
+            self._columnwise_scale_inv = zero_padded(self._rowwise_scale_inv[:rows, :cols].t(),
+                                                     float8_block_scale_shape(self.shape, columnwise=True, **layout))
         else:
-            self._rowwise_data = self._columnwise_data.reshape(k, m).t().contiguous().reshape(self.shape)
-            self._rowwise_scale_inv = _padded_transpose(self._columnwise_scale_inv[:kb, :mb])
-
-
-def _padded_transpose(valid: torch.Tensor) -> torch.Tensor:
-    rows, cols = valid.shape[1], _round_up(valid.shape[0], 4)
-    out = torch.zeros(rows, cols, dtype=valid.dtype, device=valid.device)
-    out[:, : valid.shape[0]] = valid.t()
-    return out
+            self._rowwise_data = rowwise_layout(self._columnwise_data, self.shape)
+            rows, cols = float8_block_scale_valid_shape(self.shape, columnwise=True, **layout)
+            self._rowwise_scale_inv = zero_padded(self._columnwise_scale_inv[:rows, :cols].t(),
+                                                  float8_block_scale_shape(self.shape, **layout))
 
 
 class Float8BlockQuantizer(Quantizer):
@@ -114,7 +117,7 @@ class Float8BlockQuantizer(Quantizer):
         if block_scaling_dim not in (1, 2):
             raise ValueError(f"Float8BlockQuantizer: block_scaling_dim must be 1 or 2, got {block_scaling_dim}")
         self.dtype = canonicalize_fp8_dtype(fp8_dtype)
-        self.block_len = BLOCK_LEN
+        self.block_len = FP8_BLOCK_SIZE
         self.amax_epsilon = float(amax_epsilon)
         self.force_pow_2_scales = bool(force_pow_2_scales)
         self.block_scaling_dim = block_scaling_dim
@@ -122,8 +125,8 @@ class Float8BlockQuantizer(Quantizer):
     def is_quantizable(self, inp: torch.Tensor) -> bool:
         """Whether ``inp`` supports a quantized all-gather (TE's meaning): 2+ dims whose last dim and product of
         leading dims are multiples of 128 (whole blocks along both)."""
-        m, k = _rows_cols(inp.shape)
-        return inp.dim() >= 2 and k % BLOCK_LEN == 0 and m % BLOCK_LEN == 0
+        m, k = rows_cols(inp.shape)
+        return inp.dim() >= 2 and k % FP8_BLOCK_SIZE == 0 and m % FP8_BLOCK_SIZE == 0
 
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
         if tensor.dim() == 0:
@@ -150,20 +153,12 @@ class Float8BlockQuantizer(Quantizer):
         return {"fp8_dtype": self.dtype, "is_2D_scaled": self.block_scaling_dim == 2}
 
     def get_scale_shape(self, shape: Iterable[int], columnwise: bool) -> tuple[int, int]:
-        """GEMM-ready scale shape (TE's ``get_scale_shape``)."""
-        m, k = _rows_cols(torch.Size(shape))
-        if self.block_scaling_dim == 2:
-            if columnwise:
-                return _ceil_div(k, BLOCK_LEN), _round_up(_ceil_div(m, BLOCK_LEN), 4)
-            return _ceil_div(m, BLOCK_LEN), _round_up(_ceil_div(k, BLOCK_LEN), 4)
-        if columnwise:
-            return _ceil_div(m, BLOCK_LEN), _round_up(k, 4)
-        return _ceil_div(k, BLOCK_LEN), _round_up(m, 4)
+        """GEMM-ready scale shape (TE's ``get_scale_shape``; :func:`refops.layouts.float8_block_scale_shape`)."""
+        return float8_block_scale_shape(shape, columnwise=columnwise, block_scaling_dim=self.block_scaling_dim)
 
     def get_columnwise_shape(self, shape: Iterable[int]) -> tuple[int, ...]:
         """``(d_n, d_1, ..., d_{n-1})``: the last dim moves to the front."""
-        shape = tuple(shape)
-        return (shape[-1], *shape[:-1]) if shape else ()
+        return columnwise_shape(shape)
 
     def make_empty(
         self,

@@ -11,21 +11,17 @@ cuBLAS swizzle, ``docs/recipes/index.md#the-cublas-scale-swizzle``).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Optional
 
 import torch
 
 from ..kernels import current_backend
-from ..kernels.reference.quant_mxfp8 import MXFP8_BLOCK_SIZE, check_mxfp8_shape
+from ..kernels.reference.quant_mxfp8 import check_mxfp8_shape
+from ..layouts import mxfp8_scale_shape
 from .quantized_tensor import QuantizedTensor
 from .quantizer import DType, Quantizer, canonicalize_fp8_dtype, torch_fp8_dtype
 
 __all__ = ["MXFP8Tensor", "MXFP8Quantizer"]
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return (n + multiple - 1) // multiple * multiple
 
 
 class MXFP8Tensor(QuantizedTensor):
@@ -55,12 +51,18 @@ class MXFP8Tensor(QuantizedTensor):
         if self._with_gemm_swizzled_scales:
             raise NotImplementedError("refops keeps MXFP8 scales in the compact layout (with_gemm_swizzled_scales=False)")
 
+    def _usage_arrays(self, usage: str) -> tuple[torch.Tensor, torch.Tensor]:
+        if usage == "rowwise":
+            return self._rowwise_data, self._rowwise_scale_inv
+        return self._columnwise_data, self._columnwise_scale_inv
+
+    def _gemm_arrays(self, usage: str, rows: int, last: int) -> dict[str, Any]:
+        data, scale_inv = self._usage_arrays(usage)  # both usages keep the nominal shape: (rows, last)
+        return {"data": data.reshape(rows, last), "scale_inv": scale_inv,
+                "fp8_dtype": torch_fp8_dtype(self._fp8_dtype)}
+
     def _dequantize_usage(self, usage: str, dtype: torch.dtype) -> torch.Tensor:
-        data, scale_inv = (
-            (self._rowwise_data, self._rowwise_scale_inv)
-            if usage == "rowwise"
-            else (self._columnwise_data, self._columnwise_scale_inv)
-        )
+        data, scale_inv = self._usage_arrays(usage)
         return current_backend().dequantize_mxfp8(
             data, scale_inv, fp8_dtype=torch_fp8_dtype(self._fp8_dtype), columnwise=usage == "columnwise", out_dtype=dtype
         )
@@ -111,12 +113,9 @@ class MXFP8Quantizer(Quantizer):
         return {"fp8_dtype": self.dtype}
 
     def get_scale_shape(self, shape: Iterable[int], columnwise: bool) -> tuple[int, int]:
-        """Padded scale shape: row-wise ``(⌈M⌉128, ⌈K/32⌉4)``, column-wise ``(⌈M/32⌉4, ⌈K⌉128)``."""
-        shape = tuple(shape)
-        m, k = math.prod(shape[:-1]), shape[-1]
-        if columnwise:
-            return _round_up(m // MXFP8_BLOCK_SIZE, 4), _round_up(k, 128)
-        return _round_up(m, 128), _round_up(k // MXFP8_BLOCK_SIZE, 4)
+        """Padded scale shape (:func:`refops.layouts.mxfp8_scale_shape`): row-wise ``(⌈M⌉128, ⌈K/32⌉4)``,
+        column-wise ``(⌈M/32⌉4, ⌈K⌉128)``."""
+        return mxfp8_scale_shape(shape, columnwise=columnwise)
 
     def make_empty(
         self,

@@ -14,32 +14,21 @@ reproduces every byte from the same bytes (TE's Philox stream is not reproduced)
 
 from __future__ import annotations
 
-import math
 from typing import Any, Iterable, Optional
 
 import torch
 
 from ..kernels import current_backend
+from ..layouts import NVFP4_BLOCK_SIZE, nvfp4_data_shape, nvfp4_scale_shape, rows_cols
 from .quantized_tensor import QuantizedTensor
 from .quantizer import DType, Quantizer
 
 __all__ = ["NVFP4Tensor", "NVFP4Quantizer"]
 
-NVFP4_BLOCK_SIZE = 16
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return (n + multiple - 1) // multiple * multiple
-
-
-def _rows_cols(shape: Iterable[int]) -> tuple[int, int]:
-    shape = tuple(shape)
-    return math.prod(shape[:-1]), (shape[-1] if shape else 1)
-
 
 def _check_shape(shape: Iterable[int]) -> None:
     shape = tuple(shape)
-    m, k = _rows_cols(shape)
+    m, k = rows_cols(shape)
     if len(shape) < 2 or m % NVFP4_BLOCK_SIZE or k % NVFP4_BLOCK_SIZE:
         raise ValueError(
             f"NVFP4 quantization needs a tensor of at least 2 dims whose last dim and product of leading dims "
@@ -83,12 +72,20 @@ class NVFP4Tensor(QuantizedTensor):
         if self._with_gemm_swizzled_scales:
             raise NotImplementedError("refops keeps NVFP4 scales in the compact layout (with_gemm_swizzled_scales=False)")
 
-    def _dequantize_usage(self, usage: str, dtype: torch.dtype) -> torch.Tensor:
-        m, k = _rows_cols(self.shape)
+    def _usage_arrays(self, usage: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(data, scale_inv, amax)`` of ``usage``, the data as its orientation's 2-D view (packed)."""
+        m, k = rows_cols(self.shape)
         if usage == "rowwise":
-            data, scale, amax = self._rowwise_data.reshape(m, k // 2), self._rowwise_scale_inv, self._amax_rowwise
-        else:
-            data, scale, amax = self._columnwise_data, self._columnwise_scale_inv, self._amax_columnwise
+            return self._rowwise_data.reshape(m, k // 2), self._rowwise_scale_inv, self._amax_rowwise
+        return self._columnwise_data, self._columnwise_scale_inv, self._amax_columnwise
+
+    def _gemm_arrays(self, usage: str, rows: int, last: int) -> dict[str, Any]:
+        data, scale_inv, amax = self._usage_arrays(usage)
+        return {"data": data, "scale_inv": scale_inv, "amax": amax, "e4m3_max": float(self._nvfp4_e4m3_max),
+                "hadamard": usage == "columnwise" and bool(self._columnwise_rht)}
+
+    def _dequantize_usage(self, usage: str, dtype: torch.dtype) -> torch.Tensor:
+        data, scale, amax = self._usage_arrays(usage)
         return current_backend().dequantize_nvfp4(
             data, scale, amax, shape=tuple(self.shape), columnwise=usage == "columnwise",
             e4m3_max=float(self._nvfp4_e4m3_max), out_dtype=dtype,
@@ -174,7 +171,7 @@ class NVFP4Quantizer(Quantizer):
 
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
         _check_shape(tensor.shape)
-        m, k = _rows_cols(tensor.shape)
+        m, k = rows_cols(tensor.shape)
         x2d = tensor.reshape(m, k)
         random_rowwise = random_columnwise = None
         if self.stochastic_rounding:
@@ -198,7 +195,7 @@ class NVFP4Quantizer(Quantizer):
             **self._reduced_amaxes(x2d, rowwise=rowwise, columnwise=columnwise),
         )
         if row_data is not None:
-            row_data = row_data.reshape(*tensor.shape[:-1], k // 2)
+            row_data = row_data.reshape(nvfp4_data_shape(tensor.shape))
         return {
             "rowwise_data": row_data,
             "rowwise_scale_inv": row_scale,
@@ -243,11 +240,9 @@ class NVFP4Quantizer(Quantizer):
         }
 
     def get_scale_shape(self, shape: Iterable[int], columnwise: bool) -> tuple[int, int]:
-        """Row-wise ``(⌈M⌉128, ⌈K/16⌉4)``; column-wise ``(⌈K⌉128, ⌈M/16⌉4)``."""
-        m, k = _rows_cols(shape)
-        if columnwise:
-            return _round_up(k, 128), _round_up(-(-m // NVFP4_BLOCK_SIZE), 4)
-        return _round_up(m, 128), _round_up(-(-k // NVFP4_BLOCK_SIZE), 4)
+        """Row-wise ``(⌈M⌉128, ⌈K/16⌉4)``; column-wise ``(⌈K⌉128, ⌈M/16⌉4)``
+        (:func:`refops.layouts.nvfp4_scale_shape`)."""
+        return nvfp4_scale_shape(shape, columnwise=columnwise)
 
     def make_empty(
         self,
@@ -260,14 +255,15 @@ class NVFP4Quantizer(Quantizer):
         shape = torch.Size(shape)
         _check_shape(shape)
         device = torch.device("cpu") if device is None else torch.device(device)
-        m, k = _rows_cols(shape)
+        m, k = rows_cols(shape)
         arrays: dict[str, Optional[torch.Tensor]] = dict.fromkeys(NVFP4Tensor._CTOR_TENSORS)
         if self.rowwise_usage:
-            arrays["rowwise_data"] = torch.empty(*shape[:-1], k // 2, dtype=torch.uint8, device=device)
+            arrays["rowwise_data"] = torch.empty(nvfp4_data_shape(shape), dtype=torch.uint8, device=device)
             arrays["rowwise_scale_inv"] = torch.empty(self.get_scale_shape(shape, False), dtype=torch.uint8, device=device)
             arrays["amax_rowwise"] = torch.zeros(m if self.row_scaled_nvfp4 else 1, device=device)
         if self.columnwise_usage:
-            arrays["columnwise_data"] = torch.empty(k, m // 2, dtype=torch.uint8, device=device)
+            arrays["columnwise_data"] = torch.empty(nvfp4_data_shape(shape, columnwise=True), dtype=torch.uint8,
+                                                    device=device)
             arrays["columnwise_scale_inv"] = torch.empty(self.get_scale_shape(shape, True), dtype=torch.uint8, device=device)
             arrays["amax_columnwise"] = torch.zeros(k if self.row_scaled_nvfp4 else 1, device=device)
         return NVFP4Tensor(shape, dtype, device=device, requires_grad=requires_grad, quantizer=self, **arrays,

@@ -30,6 +30,7 @@ from typing import Any, ClassVar, Optional
 import torch
 
 from ..kernels.gemm_operand import GemmOperand
+from ..layouts import rows_cols
 from .quantizer import DType, Quantizer, quantizer_from_plain, quantizer_to_plain
 
 __all__ = ["QuantizedTensor"]
@@ -204,16 +205,13 @@ class QuantizedTensor(torch.Tensor):
         if values:
             dequantized = self.dequantize(dtype=torch.float32, usage=usage)
             exact = dequantized.reshape(-1, dequantized.shape[-1])  # leading dims flatten into rows
-        last = self.shape[-1] if self.dim() > 0 else 1
-        rows = self.numel() // last if last else 0
-        return GemmOperand(
-            format=self._GEMM_FORMAT, usage=usage, shape=(rows, last), values=exact,
-            hadamard=usage == "columnwise" and bool(getattr(self, "_columnwise_rht", False)),
-            **self._gemm_arrays(usage, rows, last),
-        )
+        rows, last = rows_cols(self.shape)
+        return GemmOperand(format=self._GEMM_FORMAT, usage=usage, shape=(rows, last), values=exact,
+                           **self._gemm_arrays(usage, rows, last))
 
     def _gemm_arrays(self, usage: str, rows: int, last: int) -> dict[str, Any]:
-        """Per scheme: the raw arrays of ``GemmOperand`` (``data``, ``scale_inv``, ``fp8_dtype``) it fills."""
+        """Per scheme: the raw arrays and layout names of ``GemmOperand`` for ``usage`` (``data``, ``scale_inv``,
+        ``fp8_dtype``, ...), ``data`` as the 2-D view ``GemmOperand`` documents; none (values only) by default."""
         return {}
 
     # --------------------------------------------------------------- update

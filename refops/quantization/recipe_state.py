@@ -145,18 +145,15 @@ class DelayedScalingRecipeState(RecipeState):
         self.amax_history = new
 
     def update_scales(self, reduction_group: Any = None) -> None:
-        """One delayed-scaling update (``docs/recipes/delayed-scaling.md#the-arithmetic``), in place.
+        """One delayed-scaling update (``docs/recipes/delayed-scaling.md#the-arithmetic``), in place: the backend's
+        ``delayed_scaling_update`` kernel (its docstring in ``refops.kernels.KernelBackend`` states the
+        update per slot) with ``amax = a0 = amax_history[0]`` and ``numerator = fmax * 2^-margin``.
 
-        Per slot, with ``a0 = amax_history[0]`` (all-reduced MAX over ``reduction_group`` when the
-        recipe's ``reduce_amax`` asks and a process group of more than one rank exists; None is the
-        default (world) group, as in TE, so ranks of one data-parallel model keep equal scales): if ``a0 != 0`` the history becomes
-        ``[0, old[2], ..., old[L-1], a0]`` and ``amax = max(old[1:], a0)`` ("max") or
-        ``a0`` ("most_recent"); a slot with ``a0 == 0`` was not used and is left
-        alone. "max" skips NaN entries as TE's kernel does (``fmaxf``): a NaN amax
-        costs one step's information, not the scale.
-        ``scale = (fmax * 2^-margin) / amax`` when ``amax`` is finite and
-        positive, else unchanged; ``+inf`` becomes FLT_MAX. Callable algorithms take
-        TE's unfused path: always roll, ``amax = algo(history)``.
+        ``a0`` is all-reduced (MAX) over ``reduction_group`` when the recipe's ``reduce_amax`` asks and a
+        process group of more than one rank exists; None is the default (world) group, as in TE, so ranks
+        of one data-parallel model keep equal scales. "max" skips NaN entries as TE's kernel does
+        (``fmaxf``): a NaN amax costs one step's information, not the scale. Callable algorithms (or a
+        ``scaling_factor_compute_algo``) take TE's unfused path: always roll, ``amax = algo(history)``.
         """
         recipe: DelayedScaling = self.recipe
         history = self.amax_history

@@ -162,13 +162,13 @@ class ReferenceKernels(KernelBackend):
         amax_rowwise=None,
         amax_columnwise=None,
     ):
-        r = quant_nvfp4.nvfp4_quantize(
+        r = quant_nvfp4.quantize_nvfp4(
             x,
             rowwise=rowwise,
             columnwise=columnwise,
-            with_2d=with_2d_quantization,
+            with_2d_quantization=with_2d_quantization,
             with_rht=with_rht,
-            random_sign_mask=with_random_sign_mask,
+            with_random_sign_mask=with_random_sign_mask,
             stochastic_rounding=stochastic_rounding,
             random_bytes_rowwise=random_bytes_rowwise,
             random_bytes_columnwise=random_bytes_columnwise,
@@ -184,11 +184,11 @@ class ReferenceKernels(KernelBackend):
 
     def nvfp4_amax(self, x, *, rowwise, columnwise, with_rht=False, with_random_sign_mask=True, row_scaled=False):
         return quant_nvfp4.nvfp4_amax(x, rowwise=rowwise, columnwise=columnwise, with_rht=with_rht,
-                                      random_sign_mask=with_random_sign_mask, row_scaled=row_scaled)
+                                      with_random_sign_mask=with_random_sign_mask, row_scaled=row_scaled)
 
     def dequantize_nvfp4(self, data, scale_inv, amax, *, shape, columnwise, e4m3_max, out_dtype):
-        return quant_nvfp4.nvfp4_dequantize(
-            data, scale_inv, amax, shape=shape, dtype=out_dtype, e4m3_max=e4m3_max, transposed=columnwise
+        return quant_nvfp4.dequantize_nvfp4(
+            data, scale_inv, amax, shape=shape, columnwise=columnwise, e4m3_max=e4m3_max, out_dtype=out_dtype
         )
 
     # ------------------------------------------------------------ element-wise

@@ -1,6 +1,6 @@
 """The delayed-scaling recipe update (``docs/recipes/delayed-scaling.md#the-arithmetic``) as one kernel of the
-interface: the torch code ``DelayedScalingRecipeState.update_scales`` ran before it became
-``KernelBackend.delayed_scaling_update``."""
+interface, in torch: the code ``DelayedScalingRecipeState.update_scales`` ran before it became
+``KernelBackend.delayed_scaling_update``, whose docstring states the update."""
 
 from __future__ import annotations
 
@@ -32,11 +32,9 @@ def scale_from_amax(amax: torch.Tensor, old: torch.Tensor, numerator: float) -> 
 def delayed_scaling_update(
     amax_history: torch.Tensor, scale: torch.Tensor, amax: torch.Tensor, *, numerator: float, algorithm: str
 ) -> None:
-    """In place, per slot ``i`` whose ``amax[i] != 0`` (a slot with 0 was not used and is left alone): the
-    history ``(L, n)`` becomes ``[0, old[2], ..., old[L-1], amax]`` and the scale ``numerator / m`` with ``m``
-    the NaN-skipping max of ``old[1:]`` and ``amax`` ("max") or ``amax`` ("most_recent"), kept where ``m`` is
-    not finite and positive (+inf becomes FLT_MAX). ``amax`` is the slots' new amaxes (``old[0]``, or its
-    all-reduction over ranks)."""
+    """``KernelBackend.delayed_scaling_update`` (its docstring is the contract), in place: every slot's new
+    history and scale are computed first, then written where the slot was used (``amax != 0``), so ``amax``
+    may be a view of ``amax_history``'s row 0."""
     used = amax != 0
     rolled = torch.zeros_like(amax_history)
     if amax_history.shape[0] > 1:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import torch
 
 from ...formats import E4M3, e2m1_to_fp32, unpack_e2m1
+from ...layouts import NVFP4_BLOCK_SIZE as BLOCK
 from .nvfp4_scales import fl
-from .quant_nvfp4 import BLOCK
 
 __all__ = ["nvfp4_gemm_reference"]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from ...formats import E4M3, E5M2, Float8Format, bits_from_fp32, fp32_from_bits
+from ...layouts import columnwise_layout  # also still imported from here by the sharding modules
 
 __all__ = [
     "float8_format",
@@ -19,7 +20,6 @@ __all__ = [
     "amax",
     "compute_scale_from_amax",
     "reciprocal_rn",
-    "columnwise_layout",
     "quantize_float8",
     "dequantize_float8",
 ]
@@ -104,14 +104,6 @@ def compute_scale_from_amax(
     return torch.where(degenerate, 1.0, scale)
 
 
-def columnwise_layout(data: torch.Tensor) -> torch.Tensor:
-    """The column-wise (Hopper, "transposed") copy of row-wise bytes: shape ``(K, *lead)``."""
-    if data.dim() == 0:
-        return data.clone()
-    k = data.shape[-1]
-    return data.reshape(-1, k).t().contiguous().reshape(k, *data.shape[:-1])
-
-
 def quantize_float8(
     x: torch.Tensor,
     scale: torch.Tensor,
@@ -121,14 +113,8 @@ def quantize_float8(
     columnwise: bool,
     amax_accumulator: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """``q = Q_F(RN(x * scale))`` with one fp32 scale for the whole tensor.
-
-    Returns ``(rowwise_data, scale_inv, columnwise_data, scale_inv)``: uint8 bytes of
-    ``x``'s shape (row-wise) and of shape ``(K, *lead)`` (column-wise, the transpose
-    of the same bytes); ``scale_inv = RN(1/scale)`` shape (1,) is shared. A usage
-    not asked for is None. ``amax_accumulator`` (fp32, one element) is updated in
-    place to ``max(itself, amax(x))`` (delayed scaling's amax recording).
-    """
+    """``KernelBackend.quantize_float8`` (the contract): ``q = Q_F(RN(x * scale))``; the column-wise copy is
+    :func:`refops.layouts.columnwise_layout` of the same bytes, and both share the one ``scale_inv``."""
     fmt = float8_format(fp8_dtype)
     scale = scale.reshape(1).float()
     q = fmt.quantize(x.float() * scale, overwrite=True).view(torch.uint8)  # the product is a fresh fp32 tensor
@@ -143,5 +129,5 @@ def quantize_float8(
 def dequantize_float8(
     data: torch.Tensor, scale_inv: torch.Tensor, *, fp8_dtype: torch.dtype, out_dtype: torch.dtype
 ) -> torch.Tensor:
-    """``RN(float(q) * scale_inv)`` in fp32, then one rounding to ``out_dtype``."""
+    """``KernelBackend.dequantize_float8``: ``RN(float(q) * scale_inv)`` in fp32, then one rounding."""
     return (float8_format(fp8_dtype).to_fp32(data) * scale_inv.reshape(1).float()).to(out_dtype)

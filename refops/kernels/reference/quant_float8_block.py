@@ -4,21 +4,10 @@ Per block with amax ``a`` over its in-bounds elements (NaNs skipped):
 ``s = compute_scale_from_amax(a, fmax, pow2, eps, value_for_inf = max of the
 input dtype)``, ``q = Q_F(RN(x * s))``, ``scale_inv = RN(1/s)``.
 
-Layouts (M = product of leading dims, K = last dim; the column-wise data is the
-**transpose**, shape ``(K, *lead)``). Scale tensors are "GEMM ready", fp32,
-zero-padded (TE leaves padding uninitialized):
-
-=============  ==================================  =====================
-case           shape                               element
-=============  ==================================  =====================
-1D rowwise     (ceil(K/128), round_up(M,4))        [k/128, m]
-1D columnwise  (ceil(M/128), round_up(K,4))        [m/128, k]
-2D rowwise     (ceil(M/128), round_up(ceil(K/128),4))  [m/128, k/128]
-2D columnwise  (ceil(K/128), round_up(ceil(M/128),4))  [k/128, m/128]
-=============  ==================================  =====================
-
-In terms of the stored data's own 2-D view ``(R, C)`` both orientations read
-alike: 1D ``[c/128, r]``, 2D ``[r/128, c/128]``. 2D column-wise bytes and scales
+Layouts (M = product of leading dims, K = last dim): the column-wise data is the
+**transpose**, shape ``(K, *lead)``; scale tensors are "GEMM ready", fp32,
+zero-padded, as :mod:`refops.layouts` tabulates them
+(:func:`refops.layouts.float8_block_scale_shape`). 2D column-wise bytes and scales
 are the exact transposes of the row-wise ones.
 """
 
@@ -26,19 +15,17 @@ from __future__ import annotations
 
 import torch
 
+from ...layouts import (
+    FP8_BLOCK_SIZE,
+    columnwise_layout,
+    float8_block_scale_shape,
+    float8_block_scale_valid_shape,
+    round_up,
+    zero_padded,
+)
 from .quant_float8 import abs_max, compute_scale_from_amax, float8_format, reciprocal_rn
 
 __all__ = ["FP8_BLOCK_SIZE", "quantize_float8_block", "dequantize_float8_block"]
-
-FP8_BLOCK_SIZE = 128
-
-
-def _ceil_div(n: int, d: int) -> int:
-    return (n + d - 1) // d
-
-
-def _round_up(n: int, multiple: int) -> int:
-    return _ceil_div(n, multiple) * multiple
 
 
 def _value_for_inf(dtype: torch.dtype) -> float:
@@ -47,18 +34,10 @@ def _value_for_inf(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).max)
 
 
-def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    if tuple(valid.shape) == (rows, cols):
-        return valid.clone(memory_format=torch.contiguous_format)  # already whole: a copy, no padding
-    out = torch.zeros(rows, cols, dtype=torch.float32, device=valid.device)
-    out[: valid.shape[0], : valid.shape[1]] = valid
-    return out
-
-
 def _tiles(x2: torch.Tensor, tile_rows: int) -> torch.Tensor:
     """``(R, C)`` viewed as ``(R/tr, tr, C/128, 128)``, zero-padded to whole tiles when it is not already."""
     r, c = x2.shape
-    rows, cols = _round_up(r, tile_rows), _round_up(c, FP8_BLOCK_SIZE)
+    rows, cols = round_up(r, tile_rows), round_up(c, FP8_BLOCK_SIZE)
     if (rows, cols) != (r, c) or not x2.is_contiguous():
         padded = torch.zeros(rows, cols, dtype=x2.dtype, device=x2.device)
         padded[:r, :c] = x2
@@ -94,7 +73,7 @@ def quantize_float8_block(
     force_pow_2_scales: bool,
     amax_epsilon: float,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """``(rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv)``; None where not asked.
+    """``KernelBackend.quantize_float8_block`` (the contract).
 
     1D: each orientation is quantized separately from ``x`` (1x128 along K
     row-wise, along M column-wise). 2D: one quantization; column-wise is its transpose.
@@ -111,20 +90,23 @@ def quantize_float8_block(
         amax_epsilon=amax_epsilon,
         value_for_inf=_value_for_inf(x.dtype),
     )
+    layout = dict(block_scaling_dim=block_scaling_dim)
+    row_shape = float8_block_scale_shape((m, k), **layout)
+    col_shape = float8_block_scale_shape((m, k), columnwise=True, **layout)
     row = col = (None, None)
     if block_scaling_dim == 2:
         q, s = _quantize_tiles(x2, FP8_BLOCK_SIZE, fp8_dtype=fp8_dtype, scale_args=scale_args)
         if rowwise:
-            row = (q.reshape(x.shape), _padded(s, s.shape[0], _round_up(s.shape[1], 4)))
+            row = (q.reshape(x.shape), zero_padded(s, row_shape))
         if columnwise:
-            col = (q.t().contiguous().reshape(k, *lead), _padded(s.t(), s.shape[1], _round_up(s.shape[0], 4)))
+            col = (columnwise_layout(q).reshape(k, *lead), zero_padded(s.t(), col_shape))
     else:
         if rowwise:
             q, s = _quantize_tiles(x2, 1, fp8_dtype=fp8_dtype, scale_args=scale_args)  # s: (M, ceil(K/128))
-            row = (q.reshape(x.shape), _padded(s.t(), s.shape[1], _round_up(m, 4)))
+            row = (q.reshape(x.shape), zero_padded(s.t(), row_shape))
         if columnwise:
             q, s = _quantize_tiles(x2.t(), 1, fp8_dtype=fp8_dtype, scale_args=scale_args)  # s: (K, ceil(M/128))
-            col = (q.reshape(k, *lead), _padded(s.t(), s.shape[1], _round_up(k, 4)))
+            col = (q.reshape(k, *lead), zero_padded(s.t(), col_shape))
     return row[0], row[1], col[0], col[1]
 
 
@@ -137,7 +119,7 @@ def dequantize_float8_block(
     block_scaling_dim: int,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """``RN(float(q) * scale_inv_block)`` in fp32, rounded once to ``out_dtype``; same shape as ``data``.
+    """``KernelBackend.dequantize_float8_block``: ``RN(float(q) * scale_inv_block)`` in fp32, one rounding.
 
     ``data`` is stored row-wise ``(*lead, K)`` (2-D view ``(M, K)``) or column-wise
     ``(K, *lead)`` (2-D view ``(K, M)``).
@@ -149,11 +131,13 @@ def dequantize_float8_block(
         data2 = data.reshape(-1, data.shape[-1])
     r, c = data2.shape
     b = FP8_BLOCK_SIZE
+    # Both orientations read alike in terms of the stored data's own 2-D view (R, C): its row-wise layout.
+    valid_rows, valid_cols = float8_block_scale_valid_shape((r, c), block_scaling_dim=block_scaling_dim)
     if block_scaling_dim == 2:
-        per_block = scale_inv[: _ceil_div(r, b), : _ceil_div(c, b)]
+        per_block = scale_inv[:valid_rows, :valid_cols]
         scales = per_block.repeat_interleave(b, dim=0)[:r].repeat_interleave(b, dim=1)[:, :c]
     else:
-        per_block = scale_inv[: _ceil_div(c, b), :r].t()  # (R, ceil(C/128))
+        per_block = scale_inv[:valid_rows, :valid_cols].t()  # (R, ceil(C/128))
         scales = per_block.repeat_interleave(b, dim=1)[:, :c]
     values = float8_format(fp8_dtype).to_fp32(data2) * scales.float()
     return values.to(out_dtype).reshape(data.shape)

@@ -9,9 +9,7 @@ Per block with amax ``a`` (NaNs skipped):
 
 Row-wise blocks run along the last dim (K); column-wise blocks run along the
 flattened leading dims (M) and the column-wise data is **not** transposed.
-Scale tensors are uint8, zero-padded (TE leaves the padding uninitialized):
-row-wise ``(round_up(M,128), round_up(K/32,4))`` holding ``[m, k/32]``;
-column-wise ``(round_up(M/32,4), round_up(K,128))`` holding ``[m/32, k]``.
+Scale tensors are uint8, zero-padded, in the layout of :func:`refops.layouts.mxfp8_scale_shape`.
 """
 
 from __future__ import annotations
@@ -25,30 +23,18 @@ from ...formats import (
     e8m0_from_fp32,
     e8m0_to_fp32,
 )
+from ...layouts import MXFP8_BLOCK_SIZE, mxfp8_scale_shape, mxfp8_scale_valid_shape, rows_cols, zero_padded
 from .quant_float8 import abs_max, float8_format
 
 __all__ = ["MXFP8_BLOCK_SIZE", "check_mxfp8_shape", "quantize_mxfp8", "dequantize_mxfp8"]
 
-MXFP8_BLOCK_SIZE = 32
 # fl(1/fmax): 1/448 and 1/57344 rounded to fp32.
 _INV_FMAX_BITS = {torch.float8_e4m3fn: 0x3B124925, torch.float8_e5m2: 0x37924925}
 
 
-def _round_up(n: int, multiple: int) -> int:
-    return (n + multiple - 1) // multiple * multiple
-
-
-def _rows_cols(shape: torch.Size | tuple[int, ...]) -> tuple[int, int]:
-    k = shape[-1] if len(shape) > 0 else 1
-    m = 1
-    for d in shape[:-1]:
-        m *= d
-    return m, k
-
-
 def check_mxfp8_shape(shape: torch.Size | tuple[int, ...]) -> None:
     """TE's requirement: ``K % 32 == 0`` and ``M % 32 == 0`` (M = product of the leading dims)."""
-    m, k = _rows_cols(shape)
+    m, k = rows_cols(shape)
     if len(shape) < 2 or k % MXFP8_BLOCK_SIZE != 0 or m % MXFP8_BLOCK_SIZE != 0:
         raise ValueError(
             f"MXFP8 quantization needs a tensor of at least 2 dims whose last dim and product of leading dims "
@@ -61,14 +47,6 @@ def _scale_bytes(block_amax: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tens
     # tensor is copied to the device (which a CUDA graph capture refuses).
     inv_fmax = struct.unpack("<f", struct.pack("<I", _INV_FMAX_BITS[fp8_dtype]))[0]
     return e8m0_from_fp32(block_amax * inv_fmax)
-
-
-def _padded(valid: torch.Tensor, rows: int, cols: int) -> torch.Tensor:
-    if tuple(valid.shape) == (rows, cols):
-        return valid.clone(memory_format=torch.contiguous_format)  # already whole: a copy, no padding
-    out = torch.zeros(rows, cols, dtype=torch.uint8, device=valid.device)
-    out[: valid.shape[0], : valid.shape[1]] = valid
-    return out
 
 
 def _quantize_blocks(blocks: torch.Tensor, e: torch.Tensor, fp8_dtype: torch.dtype) -> torch.Tensor:
@@ -85,35 +63,31 @@ def quantize_mxfp8(
     columnwise: bool,
     with_2d_quantization: bool = False,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
-    """``(rowwise_data, rowwise_scale_inv, columnwise_data, columnwise_scale_inv)``; None where not asked.
-
-    Both usages are quantized independently from ``x``. With
-    ``with_2d_quantization`` one ``e`` per 32x32 tile serves both: the data of the
-    two usages is byte-identical and each scale tensor repeats the tile's byte
-    per row (row-wise) or per column (column-wise).
-    """
+    """``KernelBackend.quantize_mxfp8`` (the contract). Both usages are quantized independently from ``x``;
+    with ``with_2d_quantization`` each scale tensor repeats its 32x32 tile's byte per row (row-wise) or per
+    column (column-wise)."""
     check_mxfp8_shape(x.shape)
-    m, k = _rows_cols(x.shape)
+    m, k = rows_cols(x.shape)
     b = MXFP8_BLOCK_SIZE
     x2 = x.reshape(m, k).float()  # exact; the multiplies below then run on fp32 alone
-    row_shape = (_round_up(m, 128), _round_up(k // b, 4))
-    col_shape = (_round_up(m // b, 4), _round_up(k, 128))
+    row_shape = mxfp8_scale_shape(x.shape)
+    col_shape = mxfp8_scale_shape(x.shape, columnwise=True)
     if with_2d_quantization:
         tiles = x2.reshape(m // b, b, k // b, b)
         e = _scale_bytes(abs_max(tiles, dim=3).amax(dim=1), fp8_dtype)  # (M/32, K/32)
         q = _quantize_blocks(tiles, e[:, None, :, None], fp8_dtype).reshape(x.shape)
-        row = (q, _padded(e.repeat_interleave(b, dim=0), *row_shape))
-        col = (q.clone(), _padded(e.repeat_interleave(b, dim=1), *col_shape))
+        row = (q, zero_padded(e.repeat_interleave(b, dim=0), row_shape))
+        col = (q.clone(), zero_padded(e.repeat_interleave(b, dim=1), col_shape))
     else:
         row = col = None
         if rowwise:
             blocks = x2.reshape(m, k // b, b)
             e = _scale_bytes(abs_max(blocks, dim=2), fp8_dtype)  # (M, K/32)
-            row = (_quantize_blocks(blocks, e[:, :, None], fp8_dtype).reshape(x.shape), _padded(e, *row_shape))
+            row = (_quantize_blocks(blocks, e[:, :, None], fp8_dtype).reshape(x.shape), zero_padded(e, row_shape))
         if columnwise:
             blocks = x2.reshape(m // b, b, k)
             e = _scale_bytes(abs_max(blocks, dim=1), fp8_dtype)  # (M/32, K)
-            col = (_quantize_blocks(blocks, e[:, None, :], fp8_dtype).reshape(x.shape), _padded(e, *col_shape))
+            col = (_quantize_blocks(blocks, e[:, None, :], fp8_dtype).reshape(x.shape), zero_padded(e, col_shape))
     row_data, row_scale = row if rowwise else (None, None)
     col_data, col_scale = col if columnwise else (None, None)
     return row_data, row_scale, col_data, col_scale
@@ -127,15 +101,11 @@ def dequantize_mxfp8(
     columnwise: bool,
     out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """``float(q) * 2^(e-127)`` (fp32), rounded once to ``out_dtype``; same shape as ``data``.
-
-    ``columnwise`` says which layout ``scale_inv`` has (32x1 blocks, else 1x32).
-    """
-    m, k = _rows_cols(data.shape)
+    """``KernelBackend.dequantize_mxfp8``; ``columnwise`` says which layout ``scale_inv`` has (32x1 blocks, else
+    1x32)."""
+    m, k = rows_cols(data.shape)
     b = MXFP8_BLOCK_SIZE
-    if columnwise:
-        scales = e8m0_to_fp32(scale_inv[: m // b, :k]).repeat_interleave(b, dim=0)
-    else:
-        scales = e8m0_to_fp32(scale_inv[:m, : k // b]).repeat_interleave(b, dim=1)
+    rows, cols = mxfp8_scale_valid_shape(data.shape, columnwise=columnwise)
+    scales = e8m0_to_fp32(scale_inv[:rows, :cols]).repeat_interleave(b, dim=0 if columnwise else 1)
     values = float8_format(fp8_dtype).to_fp32(data.reshape(m, k)) * scales
     return values.to(out_dtype).reshape(data.shape)

@@ -1,8 +1,8 @@
 """NVFP4 numerics: two-level block scaling, stochastic rounding, 4over6, quantize and dequantize.
 
 The scale factors are in :mod:`.nvfp4_scales`, the random Hadamard transform in
-:mod:`.hadamard`, the scale swizzle in :mod:`.scale_swizzle`, the emulated GEMM in
-:mod:`.gemm_nvfp4`.
+:mod:`.hadamard`, the layouts and the scale swizzle in :mod:`refops.layouts`, the
+emulated GEMM in :mod:`.gemm_nvfp4`.
 
 This file is the byte-exact specification a CUDA kernel is checked against
 (``docs/recipes/nvfp4.md``). Notation: ``RN(.)`` is one IEEE
@@ -15,13 +15,13 @@ Every arithmetic step below is a separate fp32 torch operation, so each one
 rounds exactly once; no step is fused. Amaxes are exact and skip NaN, like
 ``fmaxf`` starting from 0.
 
-Layouts (``M`` rows, ``K`` columns of the 2D input):
+Layouts (``M`` rows, ``K`` columns of the 2D input; :mod:`refops.layouts`):
 
 * rowwise data ``(M, K/2)`` uint8, two E2M1 codes per byte, element ``2j`` in
-  the low nibble; scales ``(round_up(M,128), round_up(K/16,4))`` E4M3 bytes,
-  element ``[m, k/16]``, padding zero-filled;
+  the low nibble; scales E4M3 bytes ``[m, k/16]`` zero-padded to
+  :func:`refops.layouts.nvfp4_scale_shape`;
 * columnwise data is the transposed tensor ``(K, M/2)``, blocked along ``M``;
-  scales ``(round_up(K,128), round_up(M/16,4))``, element ``[k, m/16]``;
+  scales ``[k, m/16]``, padded likewise;
 * amax: shape ``(1,)`` fp32, or one value per data row when row-scaled.
 """
 
@@ -39,6 +39,8 @@ from ...formats import (
     pack_e2m1,
     unpack_e2m1,
 )
+from ...layouts import NVFP4_BLOCK_SIZE as BLOCK
+from ...layouts import nvfp4_scale_shape, rows_cols, zero_padded
 from .hadamard import hadamard_transform_16
 from .nvfp4_scales import (
     fl,
@@ -47,7 +49,7 @@ from .nvfp4_scales import (
     nvfp4_block_scale,
     nvfp4_global_scale,
 )
-from .nvfp4_options import BLOCK, check_random_bytes, validate_options
+from .nvfp4_options import check_random_bytes, validate_options
 from .quant_float8 import abs_max
 
 __all__ = [
@@ -55,19 +57,13 @@ __all__ = [
     "check_random_bytes",
     "validate_options",
     "NVFP4QuantizeResult",
-    "nvfp4_scale_shape",
-    "nvfp4_quantize",
-    "nvfp4_dequantize",
+    "nvfp4_amax",
+    "quantize_nvfp4",
+    "dequantize_nvfp4",
 ]
-
-#: Elements per NVFP4 block (and tile side for 2D weights).
 
 
 # ------------------------------------------------------------------ helpers
-def _round_up(value: int, multiple: int) -> int:
-    return (value + multiple - 1) // multiple * multiple
-
-
 def _block_amax(x: torch.Tensor, tile_rows: int) -> torch.Tensor:
     """Amax per 1x16 block (``tile_rows`` 1) or per 16x16 tile repeated over its rows: ``(R, C/16)``."""
     rows, cols = x.shape
@@ -92,23 +88,16 @@ def _global_amax(x: torch.Tensor, per_row: bool) -> torch.Tensor:
     return abs_max(x).reshape(1)
 
 
-def nvfp4_scale_shape(rows: int, cols: int) -> tuple[int, int]:
-    """Padded scale-tensor shape for data of ``rows x cols`` blocked along ``cols``:
-    ``(round_up(rows, 128), round_up(ceil(cols/16), 4))``."""
-    return _round_up(rows, 128), _round_up(-(-cols // BLOCK), 4)
-
-
 def _pad_scales(scale_bytes: torch.Tensor) -> torch.Tensor:
+    """Compact scale bytes ``(R, C/16)`` of an orientation's data ``(R, C)`` in their padded layout."""
     rows, blocks = scale_bytes.shape
-    padded = torch.zeros(nvfp4_scale_shape(rows, blocks * BLOCK), dtype=torch.uint8, device=scale_bytes.device)
-    padded[:rows, :blocks] = scale_bytes
-    return padded
+    return zero_padded(scale_bytes, nvfp4_scale_shape((rows, blocks * BLOCK)))
 
 
 # ---------------------------------------------------------------- quantize
 @dataclasses.dataclass(frozen=True)
 class NVFP4QuantizeResult:
-    """Plain tensors produced by :func:`nvfp4_quantize` (``None`` for an orientation not requested).
+    """Plain tensors produced by :func:`quantize_nvfp4` (``None`` for an orientation not requested).
 
     ``*_data`` packed E2M1 uint8, ``*_scale`` padded E4M3 bytes (uint8),
     ``*_amax`` fp32 ``(1,)`` or per data row; ``e4m3_max`` is the ``E`` used for
@@ -204,10 +193,10 @@ def _given_amax(amax: torch.Tensor) -> torch.Tensor:
 
 
 def nvfp4_amax(
-    x2d: torch.Tensor, *, rowwise: bool, columnwise: bool, with_rht: bool = False, random_sign_mask: bool = True,
+    x2d: torch.Tensor, *, rowwise: bool, columnwise: bool, with_rht: bool = False, with_random_sign_mask: bool = True,
     row_scaled: bool = False,
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """The ``A`` that :func:`nvfp4_quantize` would compute per orientation: ``(rowwise, columnwise)``.
+    """The ``A`` that :func:`quantize_nvfp4` would compute per orientation: ``(rowwise, columnwise)``.
 
     Column-wise it is taken on ``xᵀ`` after the RHT when ``with_rht``; per data row
     with ``row_scaled``; None for an orientation not asked for.
@@ -217,19 +206,19 @@ def nvfp4_amax(
     if columnwise:
         source_t = x2d.t().contiguous()
         if with_rht:
-            source_t = hadamard_transform_16(source_t, random_sign_mask=random_sign_mask)
+            source_t = hadamard_transform_16(source_t, random_sign_mask=with_random_sign_mask)
         col = _global_amax(source_t.to(torch.float32), per_row=row_scaled)
     return row, col
 
 
-def nvfp4_quantize(
+def quantize_nvfp4(
     x2d: torch.Tensor,
     *,
     rowwise: bool = True,
     columnwise: bool = True,
-    with_2d: bool = False,
+    with_2d_quantization: bool = False,
     with_rht: bool = False,
-    random_sign_mask: bool = True,
+    with_random_sign_mask: bool = True,
     stochastic_rounding: bool = False,
     random_bytes_rowwise: torch.Tensor | None = None,
     random_bytes_columnwise: torch.Tensor | None = None,
@@ -250,7 +239,7 @@ def nvfp4_quantize(
        ``row_scaled``: per row of ``x`` / per column of ``x``).
     2. ``S_enc, S_dec = nvfp4_global_scale(A, e4m3_max=E)``; ``E`` = 448, or
        ``e4m3_max_4over6`` under 4over6.
-    3. ``b`` = amax of each 1x16 block along the data row (``with_2d``: of each
+    3. ``b`` = amax of each 1x16 block along the data row (``with_2d_quantization``: of each
        16x16 tile, shared by its 16 rows; columnwise tiles are the transposed
        tiles). Standard: ``s_b = nvfp4_block_scale(b, S_enc)``.
     4. ``enc_b = nvfp4_block_encode_multiplier(s_b, S_dec)``; ``v = RN(x * enc_b)``
@@ -262,7 +251,7 @@ def nvfp4_quantize(
 
     4over6: ``s4, s6 = nvfp4_4over6_block_scales(b, S_enc)``; each candidate is
     encoded with RN as in 4-5; its error is accumulated per block in fp32 in
-    element order (see ``_4over6_error``); with ``with_2d`` the 16 row errors of a
+    element order (see ``_4over6_error``); with 2D the 16 row errors of a
     tile are summed in the tree ``(r,r+8) -> (r,r+4) -> (r,r+2) -> (r,r+1)``.
     Map-to-4 is chosen iff ``err4 < err6``; ties go to map-to-6. With 2D the
     columnwise choice is made on the transposed tile, so it can differ from the
@@ -281,7 +270,7 @@ def nvfp4_quantize(
     flags = dict(
         rowwise=rowwise,
         columnwise=columnwise,
-        with_2d=with_2d,
+        with_2d_quantization=with_2d_quantization,
         with_rht=with_rht,
         stochastic_rounding=stochastic_rounding,
         use_4over6=use_4over6,
@@ -297,7 +286,7 @@ def nvfp4_quantize(
     )
     e4m3_max = e4m3_max_4over6 if use_4over6 else 448.0
     options = dict(
-        tile_rows=BLOCK if with_2d else 1, use_4over6=use_4over6, e4m3_max=e4m3_max, err_mode=err_mode
+        tile_rows=BLOCK if with_2d_quantization else 1, use_4over6=use_4over6, e4m3_max=e4m3_max, err_mode=err_mode
     )
     row = [None, None, None]
     if rowwise:
@@ -309,7 +298,7 @@ def nvfp4_quantize(
     if columnwise:
         source_t = x2d.t().contiguous()
         if with_rht:
-            source_t = hadamard_transform_16(source_t, random_sign_mask=random_sign_mask)
+            source_t = hadamard_transform_16(source_t, random_sign_mask=with_random_sign_mask)
         source_t = source_t.to(torch.float32)
         amax = _global_amax(source_t, per_row=row_scaled) if amax_columnwise is None else _given_amax(amax_columnwise)
         data, scale = _quantize_2d_orientation(source_t, amax, random_bytes=random_bytes_columnwise, **options)
@@ -318,55 +307,52 @@ def nvfp4_quantize(
 
 
 # -------------------------------------------------------------- dequantize
-def nvfp4_dequantize(
+def dequantize_nvfp4(
     data: torch.Tensor,
-    scale_bytes: torch.Tensor,
+    scale_inv: torch.Tensor,
     amax: torch.Tensor | float,
     *,
     shape: tuple[int, ...] | torch.Size,
-    dtype: torch.dtype,
+    columnwise: bool = False,
     e4m3_max: float = 448.0,
-    transposed: bool = False,
+    out_dtype: torch.dtype,
 ) -> torch.Tensor:
-    """Decode NVFP4 data to ``dtype`` with TE's dequantize-kernel order.
+    """Decode NVFP4 data to ``out_dtype`` with TE's dequantize-kernel order.
 
     ``final_scale = RN(RN(float(s_b) * A) * fl(1/(6*E)))`` per block, then
-    ``x̂ = dtype(RN(e2m1(q) * final_scale))`` (one fp32 RN, then one cast).
+    ``x̂ = out_dtype(RN(e2m1(q) * final_scale))`` (one fp32 RN, then one cast).
     ``fl(1/(6E))`` is ``1/(6E)`` evaluated in double and rounded once to fp32.
     Only the valid scale region ``[:rows, :cols/16]`` is read.
 
     ``shape`` is the logical shape of the original tensor (``M`` = product of
     leading dims, ``K`` = last dim). Rowwise: ``data`` is ``(M, K/2)``.
-    ``transposed``: ``data`` is columnwise ``(K, M/2)``; it is decoded as
+    ``columnwise``: ``data`` is columnwise ``(K, M/2)``; it is decoded as
     ``(K, M)`` and transposed back (an RHT applied before quantization is not
     undone). ``amax`` is a scalar/``(1,)`` or one value per data row
     (row-scaled).
     """
     if len(shape) == 0:
-        raise ValueError("nvfp4_dequantize: shape must have at least one dim")
-    k = int(shape[-1])
-    m = 1
-    for dim in shape[:-1]:
-        m *= int(dim)
-    rows, cols = (k, m) if transposed else (m, k)
+        raise ValueError("dequantize_nvfp4: shape must have at least one dim")
+    m, k = rows_cols(int(d) for d in shape)
+    rows, cols = (k, m) if columnwise else (m, k)
     if cols % BLOCK != 0 or data.dtype != torch.uint8 or tuple(data.shape) != (rows, cols // 2):
         raise ValueError(
-            f"nvfp4_dequantize: expected uint8 data of shape {(rows, cols // 2)} (blocks of {BLOCK}) "
-            f"for shape {tuple(shape)} (transposed={transposed}), got {data.dtype} {tuple(data.shape)}"
+            f"dequantize_nvfp4: expected uint8 data of shape {(rows, cols // 2)} (blocks of {BLOCK}) "
+            f"for shape {tuple(shape)} (columnwise={columnwise}), got {data.dtype} {tuple(data.shape)}"
         )
     n_blocks = cols // BLOCK
-    if scale_bytes.dtype != torch.uint8 or scale_bytes.shape[0] < rows or scale_bytes.shape[1] < n_blocks:
+    if scale_inv.dtype != torch.uint8 or scale_inv.shape[0] < rows or scale_inv.shape[1] < n_blocks:
         raise ValueError(
-            f"nvfp4_dequantize: expected uint8 scales covering {(rows, n_blocks)}, "
-            f"got {scale_bytes.dtype} {tuple(scale_bytes.shape)}"
+            f"dequantize_nvfp4: expected uint8 scales covering {(rows, n_blocks)}, "
+            f"got {scale_inv.dtype} {tuple(scale_inv.shape)}"
         )
-    s_b = E4M3.to_fp32(scale_bytes[:rows, :n_blocks].contiguous())
+    s_b = E4M3.to_fp32(scale_inv[:rows, :n_blocks].contiguous())
     a = torch.as_tensor(amax, dtype=torch.float32, device=data.device).reshape(-1, 1)
     if a.shape[0] not in (1, rows):
-        raise ValueError(f"nvfp4_dequantize: amax must hold 1 or {rows} values, got {a.numel()}")
+        raise ValueError(f"dequantize_nvfp4: amax must hold 1 or {rows} values, got {a.numel()}")
     final_scale = (s_b * a) * fl(1.0 / (6.0 * e4m3_max), s_b)
     values = e2m1_to_fp32(unpack_e2m1(data)).view(rows, n_blocks, BLOCK) * final_scale[..., None]
     values = values.view(rows, cols)
-    if transposed:
+    if columnwise:
         values = values.t()
-    return values.to(dtype).reshape(shape)
+    return values.to(out_dtype).reshape(shape)

@@ -17,6 +17,7 @@ from typing import Any, Iterator, Optional
 import torch
 
 from ...distributed.fsdp import is_dtensor
+from ...layouts import columnwise_layout
 from ...quantization import Float8Tensor
 from ...quantization.quantized_tensor import QuantizedTensor
 from . import quantized_operands as operands
@@ -66,8 +67,7 @@ def _quantize_keeping_amax(target: QuantizedTensor, values: torch.Tensor, source
         data = arrays["data"].to(target.device)
         fresh = {"data": data, "fp8_scale_inv": arrays["fp8_scale_inv"].to(target.device)}
         if target.has_usage("columnwise"):
-            fresh["data_transpose"] = data.reshape(-1, data.shape[-1]).t().contiguous().reshape(
-                target._transpose.shape)
+            fresh["data_transpose"] = columnwise_layout(data).reshape(target._transpose.shape)
         target._overwrite_arrays(fresh)
 
 

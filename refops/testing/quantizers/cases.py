@@ -23,6 +23,7 @@ import torch
 
 from ...formats import E2M1_VALUES, FLT_MAX, e8m0_encode_multiplier, e8m0_from_fp32
 from ...kernels import current_backend
+from ...layouts import rows_cols
 from ...quantization import (
     Float8BlockQuantizer,
     Float8CurrentScalingQuantizer,
@@ -115,7 +116,7 @@ def multiplier_for_amax(quantizer: Quantizer, amax: float, dtype: torch.dtype) -
 
 def _pattern(shape: tuple[int, ...], period: int) -> torch.Tensor:
     """True where ``(m + k) % period == 0``: one element in every 1xB and Bx1 block, B in every BxB tile."""
-    m, k = math.prod(shape[:-1]), shape[-1]
+    m, k = rows_cols(shape)
     rows = torch.arange(m).reshape(-1, 1)
     cols = torch.arange(k).reshape(1, -1)
     return ((rows + cols) % period == 0).reshape(shape)

@@ -18,41 +18,37 @@ Scale tensors are compared over their valid region only: padding is unspecified
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
 from ...formats import E2M1_VALUES, e8m0_to_fp32, unpack_e2m1
+from ...layouts import (
+    FP8_BLOCK_SIZE,
+    MXFP8_BLOCK_SIZE,
+    NVFP4_BLOCK_SIZE,
+    float8_block_scale_valid_shape,
+    mxfp8_scale_valid_shape,
+    nvfp4_scale_valid_shape,
+    rows_cols,
+)
 from ...quantization import Float8BlockwiseQTensor, Float8Tensor, MXFP8Tensor, NVFP4Tensor, QuantizedTensor
 from ...quantization.quantizer import torch_fp8_dtype
 
 __all__ = ["usage_fields", "element_codes", "element_scales", "describe_code", "describe_scale", "as_bits"]
 
 
-def _ceil_div(n: int, d: int) -> int:
-    return -(-n // d)
-
-
-def _rows_cols(shape: torch.Size) -> tuple[int, int]:
-    return math.prod(shape[:-1]), (shape[-1] if len(shape) else 1)
-
-
 def _scale_valid_shape(qt: QuantizedTensor, usage: str) -> tuple[int, ...]:
     """The unpadded shape of ``qt``'s scale tensor for ``usage`` (the region every element's scale is in)."""
-    m, k = _rows_cols(qt.shape)
     col = usage == "columnwise"
     if isinstance(qt, Float8Tensor):
         return (1,)
     if isinstance(qt, MXFP8Tensor):
-        return (m // 32, k) if col else (m, k // 32)
+        return mxfp8_scale_valid_shape(qt.shape, columnwise=col)
     if isinstance(qt, Float8BlockwiseQTensor):
-        mb, kb = _ceil_div(m, 128), _ceil_div(k, 128)
-        if qt._is_2D_scaled:
-            return (kb, mb) if col else (mb, kb)
-        return (mb, k) if col else (kb, m)
+        return float8_block_scale_valid_shape(qt.shape, columnwise=col, block_scaling_dim=2 if qt._is_2D_scaled else 1)
     if isinstance(qt, NVFP4Tensor):
-        return (k, _ceil_div(m, 16)) if col else (m, _ceil_div(k, 16))
+        return nvfp4_scale_valid_shape(qt.shape, columnwise=col)
     raise TypeError(f"check_quantizer: no layout known for {type(qt).__name__}")
 
 
@@ -94,7 +90,7 @@ def element_codes(qt: QuantizedTensor, usage: str, data: torch.Tensor) -> torch.
 
     NVFP4 data may be packed (two codes a byte) or one code a byte.
     """
-    m, k = _rows_cols(qt.shape)
+    m, k = rows_cols(qt.shape)
     col = usage == "columnwise"
     data = as_bits(data) if data.element_size() == 1 else data
     transposed = col and not isinstance(qt, MXFP8Tensor)
@@ -107,22 +103,24 @@ def element_codes(qt: QuantizedTensor, usage: str, data: torch.Tensor) -> torch.
 
 def element_scales(qt: QuantizedTensor, usage: str, scale: torch.Tensor) -> torch.Tensor:
     """The scale (as stored: bits) that applies to every element of the nominal ``(M, K)`` view."""
-    m, k = _rows_cols(qt.shape)
+    m, k = rows_cols(qt.shape)
     bits = as_bits(scale)
     if isinstance(qt, Float8Tensor):
         return bits.reshape(1, 1).expand(m, k)
     col = usage == "columnwise"
     if isinstance(qt, MXFP8Tensor):
-        return bits.repeat_interleave(32, dim=0)[:m] if col else bits.repeat_interleave(32, dim=1)[:, :k]
+        b = MXFP8_BLOCK_SIZE
+        return bits.repeat_interleave(b, dim=0)[:m] if col else bits.repeat_interleave(b, dim=1)[:, :k]
     if isinstance(qt, NVFP4Tensor):
-        per = bits.repeat_interleave(16, dim=1)
+        per = bits.repeat_interleave(NVFP4_BLOCK_SIZE, dim=1)
         return per[:, :m].t() if col else per[:, :k]
+    b = FP8_BLOCK_SIZE
     if qt._is_2D_scaled:
         tiles = bits.t() if col else bits
-        return tiles.repeat_interleave(128, dim=0).repeat_interleave(128, dim=1)[:m, :k]
+        return tiles.repeat_interleave(b, dim=0).repeat_interleave(b, dim=1)[:m, :k]
     if col:
-        return bits.repeat_interleave(128, dim=0)[:m]
-    return bits.t().repeat_interleave(128, dim=1)[:, :k]
+        return bits.repeat_interleave(b, dim=0)[:m]
+    return bits.t().repeat_interleave(b, dim=1)[:, :k]
 
 
 def _code_value(qt: QuantizedTensor, code: int) -> float:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from refops.kernels.reference.quant_nvfp4 import nvfp4_dequantize, nvfp4_quantize
+from refops.kernels.reference.quant_nvfp4 import dequantize_nvfp4, quantize_nvfp4
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -14,10 +14,10 @@ def hexes(t: torch.Tensor) -> list[int]:
 
 
 def row_only(x, **kw):
-    return nvfp4_quantize(x, rowwise=True, columnwise=False, **kw)
+    return quantize_nvfp4(x, rowwise=True, columnwise=False, **kw)
 
 
 def dequant_rowwise(r, shape, dtype=torch.float32):
-    return nvfp4_dequantize(
-        r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=shape, dtype=dtype, e4m3_max=r.e4m3_max
+    return dequantize_nvfp4(
+        r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=shape, out_dtype=dtype, e4m3_max=r.e4m3_max
     )

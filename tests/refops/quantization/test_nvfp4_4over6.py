@@ -62,7 +62,7 @@ def test_4over6_2d_tile_sums_row_errors(device):
     x[0, 16] = 1536.0
     one_d = row_only(x, use_4over6=True)
     assert hexes(one_d.rowwise_scale[:16, 0]) == [0x3C] + [0x38] * 15
-    two_d = row_only(x, use_4over6=True, with_2d=True)
+    two_d = row_only(x, use_4over6=True, with_2d_quantization=True)
     assert hexes(two_d.rowwise_scale[:16, 0]) == [0x3C] * 16
     assert hexes(two_d.rowwise_scale[:16, 1]) == [0x78] * 16
     # rows 1..15 under map-to-4: 6 -> 4 (code 6), 1 -> 0.5 (code 1): byte 0x16.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from refops.kernels.reference.quant_nvfp4 import nvfp4_dequantize, nvfp4_quantize
+from refops.kernels.reference.quant_nvfp4 import dequantize_nvfp4, quantize_nvfp4
 
 
 @pytest.mark.parametrize(
@@ -13,7 +13,7 @@ from refops.kernels.reference.quant_nvfp4 import nvfp4_dequantize, nvfp4_quantiz
     [
         ((16, 24), {}, "multiple of 16"),
         ((24, 32), {}, "M .* multiple of 16"),
-        ((24, 32), dict(columnwise=False, with_2d=True), "M .* multiple of 16"),
+        ((24, 32), dict(columnwise=False, with_2d_quantization=True), "M .* multiple of 16"),
         ((16,), {}, "2D tensor"),
         ((16, 32), dict(rowwise=False, columnwise=False), "at least one"),
         ((16, 32), dict(with_rht=True), "bfloat16"),
@@ -22,28 +22,28 @@ from refops.kernels.reference.quant_nvfp4 import nvfp4_dequantize, nvfp4_quantiz
         ((16, 32), dict(use_4over6=True, e4m3_max_4over6=300), "256 or 448"),
         ((16, 32), dict(use_4over6=True, err_mode="max"), "MAE"),
         ((16, 32), dict(row_scaled=True, with_rht=True, columnwise=False), "row-scaled .* RHT"),
-        ((16, 32), dict(row_scaled=True, with_2d=True), "row-scaled .* 2D"),
+        ((16, 32), dict(row_scaled=True, with_2d_quantization=True), "row-scaled .* 2D"),
         ((16, 32), dict(row_scaled=True, stochastic_rounding=True), "row-scaled .* SR"),
-        ((16, 32), dict(with_2d=True, with_rht=True, columnwise=False), "2D .* RHT"),
+        ((16, 32), dict(with_2d_quantization=True, with_rht=True, columnwise=False), "2D .* RHT"),
     ],
 )
 def test_quantize_rejects_bad_input(shape, kwargs, match, device):
     with pytest.raises(ValueError, match=match):
-        nvfp4_quantize(torch.randn(shape, device=device), **kwargs)
+        quantize_nvfp4(torch.randn(shape, device=device), **kwargs)
 
 
 def test_quantize_rejects_bad_dtype(device):
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
-        nvfp4_quantize(torch.ones(16, 32, dtype=torch.int32, device=device))
+        quantize_nvfp4(torch.ones(16, 32, dtype=torch.int32, device=device))
     with pytest.raises(ValueError, match="float32, float16 or bfloat16"):
-        nvfp4_quantize(torch.ones(16, 32, dtype=torch.float64, device=device))
+        quantize_nvfp4(torch.ones(16, 32, dtype=torch.float64, device=device))
 
 
 def test_dequantize_rejects_bad_shapes(device):
-    r = nvfp4_quantize(torch.randn(16, 32, device=device))
+    r = quantize_nvfp4(torch.randn(16, 32, device=device))
     with pytest.raises(ValueError, match="uint8 data of shape"):
-        nvfp4_dequantize(r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=(16, 64), dtype=torch.float32)
+        dequantize_nvfp4(r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=(16, 64), out_dtype=torch.float32)
     with pytest.raises(ValueError, match="scales covering"):
-        nvfp4_dequantize(r.rowwise_data, r.rowwise_scale[:8], r.rowwise_amax, shape=(16, 32), dtype=torch.float32)
+        dequantize_nvfp4(r.rowwise_data, r.rowwise_scale[:8], r.rowwise_amax, shape=(16, 32), out_dtype=torch.float32)
     with pytest.raises(ValueError, match="amax must hold"):
-        nvfp4_dequantize(r.rowwise_data, r.rowwise_scale, torch.ones(3), shape=(16, 32), dtype=torch.float32)
+        dequantize_nvfp4(r.rowwise_data, r.rowwise_scale, torch.ones(3), shape=(16, 32), out_dtype=torch.float32)

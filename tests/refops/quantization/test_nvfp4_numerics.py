@@ -26,7 +26,7 @@ from refops.kernels.reference.nvfp4_scales import (
     nvfp4_block_scale,
     nvfp4_global_scale,
 )
-from refops.kernels.reference.quant_nvfp4 import nvfp4_dequantize, nvfp4_quantize
+from refops.kernels.reference.quant_nvfp4 import dequantize_nvfp4, quantize_nvfp4
 
 from _nvfp4_helpers import DTYPES, dequant_rowwise, hexes, row_only
 
@@ -128,13 +128,13 @@ def test_dequantize_scale_order(device):
     # x_hat = RN(1.0 * that) = 13981014 * 2^-34; the zero codes decode to 0.
     data = torch.tensor([[0x02] + [0] * 7], dtype=torch.uint8, device=device)
     scale = torch.tensor([[0x2E]], dtype=torch.uint8, device=device)
-    xh = nvfp4_dequantize(data, scale, torch.tensor([5.0], device=device), shape=(1, 16), dtype=torch.float32)
+    xh = dequantize_nvfp4(data, scale, torch.tensor([5.0], device=device), shape=(1, 16), out_dtype=torch.float32)
     assert xh[0, 0].item() == 13981014 * 2.0**-34 and xh[0, 1:].abs().sum().item() == 0.0
 
 
 def test_zero_tensor_all_bytes_zero(device):
     # A = 0 -> S_enc = 1; b = 0 -> s_b = 0 -> enc = FLT_MAX; v = 0 * FLT_MAX = 0 -> code 0.
-    r = nvfp4_quantize(torch.zeros(16, 32, device=device))
+    r = quantize_nvfp4(torch.zeros(16, 32, device=device))
     for data, scale, amax in (
         (r.rowwise_data, r.rowwise_scale, r.rowwise_amax),
         (r.columnwise_data, r.columnwise_scale, r.columnwise_amax),
@@ -176,7 +176,7 @@ def test_underflowing_block_scale_saturates_codes_and_decodes_to_zero(device):
 
 def test_scale_padding_shapes_zero_filled(device):
     x = torch.randn(32, 48, device=device)
-    r = nvfp4_quantize(x)
+    r = quantize_nvfp4(x)
     assert tuple(r.rowwise_data.shape) == (32, 24) and tuple(r.columnwise_data.shape) == (48, 16)
     # rowwise (round_up(32,128), round_up(3,4)) = (128, 4); columnwise (round_up(48,128), round_up(2,4)) = (128, 4)
     assert tuple(r.rowwise_scale.shape) == (128, 4) and tuple(r.columnwise_scale.shape) == (128, 4)
@@ -191,7 +191,7 @@ def test_scale_padding_shapes_zero_filled(device):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_columnwise_is_rowwise_of_transpose(dtype, device):
     x = torch.randn(32, 64, device=device).to(dtype)
-    r = nvfp4_quantize(x)
+    r = quantize_nvfp4(x)
     t = row_only(x.t().contiguous())
     assert torch.equal(row_only(x.t()).rowwise_data, t.rowwise_data)  # a strided input is fine
     assert torch.equal(r.columnwise_data, t.rowwise_data)
@@ -203,7 +203,7 @@ def test_columnwise_is_rowwise_of_transpose(dtype, device):
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_2d_columnwise_is_exact_transpose(dtype, device):
     x = (torch.randn(48, 64, device=device) * torch.logspace(-3, 0, 64, device=device)).to(dtype)
-    r = nvfp4_quantize(x, with_2d=True)
+    r = quantize_nvfp4(x, with_2d_quantization=True)
     m, k = x.shape
     row_codes, col_codes = unpack_e2m1(r.rowwise_data), unpack_e2m1(r.columnwise_data)
     assert torch.equal(col_codes, row_codes.t())
@@ -220,17 +220,17 @@ def test_2d_columnwise_is_exact_transpose(dtype, device):
 # ----------------------------------------------------------------------------------- row-scaled
 def test_row_scaled_equals_per_row_quantization(device):
     x = torch.randn(8, 32, device=device) * torch.logspace(-4, 2, 8, device=device)[:, None]
-    r = nvfp4_quantize(x, rowwise=True, columnwise=False, row_scaled=True)
+    r = quantize_nvfp4(x, rowwise=True, columnwise=False, row_scaled=True)
     assert torch.equal(r.rowwise_amax, x.abs().amax(dim=1))
     for m in range(8):
         single = row_only(x[m : m + 1])
         assert torch.equal(r.rowwise_data[m], single.rowwise_data[0])
         assert torch.equal(r.rowwise_scale[m], single.rowwise_scale[0])
     # Each row decodes with its own amax: the error stays below ~1/6 of that row's amax.
-    xh = nvfp4_dequantize(r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=x.shape, dtype=torch.float32)
+    xh = dequantize_nvfp4(r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=x.shape, out_dtype=torch.float32)
     assert ((xh - x).abs() <= 0.2 * r.rowwise_amax[:, None]).all()
     # Columnwise uses one amax per column of x (per row of x^T).
-    c = nvfp4_quantize(x.repeat(2, 1), rowwise=False, columnwise=True, row_scaled=True)
+    c = quantize_nvfp4(x.repeat(2, 1), rowwise=False, columnwise=True, row_scaled=True)
     t = row_only(x.repeat(2, 1).t().contiguous(), row_scaled=True)
     assert torch.equal(c.columnwise_amax, t.rowwise_amax) and torch.equal(c.columnwise_data, t.rowwise_data)
 
@@ -255,7 +255,7 @@ def test_dequantize_error_within_half_quantum(seed, exponents, dtype, with_2d, u
     block_scale = torch.tensor([2.0**e for e in exponents], device="cpu").view(2, 4)
     block_scale = block_scale.repeat_interleave(16, 0).repeat_interleave(16, 1)
     x = (torch.randn(32, 64, generator=g, device="cpu") * block_scale).to(dtype).to(device)
-    r = row_only(x, with_2d=with_2d, use_4over6=use_4over6)
+    r = row_only(x, with_2d_quantization=with_2d, use_4over6=use_4over6)
     xh = dequant_rowwise(r, x.shape).double()
     d = r.rowwise_scale[:32, :4].view(torch.float8_e4m3fn).double() * r.rowwise_amax.double() / (6 * r.e4m3_max)
     d = d.repeat_interleave(16, dim=1)
@@ -268,15 +268,15 @@ def test_dequantize_error_within_half_quantum(seed, exponents, dtype, with_2d, u
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_dequantize_columnwise_and_nd_shapes(dtype, device):
     x = torch.randn(2, 16, 48, device=device).to(dtype)
-    r = nvfp4_quantize(x.reshape(32, 48))
-    row = nvfp4_dequantize(r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=x.shape, dtype=dtype)
-    col = nvfp4_dequantize(
-        r.columnwise_data, r.columnwise_scale, r.columnwise_amax, shape=x.shape, dtype=dtype, transposed=True
+    r = quantize_nvfp4(x.reshape(32, 48))
+    row = dequantize_nvfp4(r.rowwise_data, r.rowwise_scale, r.rowwise_amax, shape=x.shape, out_dtype=dtype)
+    col = dequantize_nvfp4(
+        r.columnwise_data, r.columnwise_scale, r.columnwise_amax, shape=x.shape, out_dtype=dtype, columnwise=True
     )
     assert row.shape == x.shape and row.dtype == dtype and col.shape == x.shape and col.dtype == dtype
     # Columnwise decodes x^T blocked along M, transposed back: the rowwise decode of x^T, transposed.
     t = row_only(x.reshape(32, 48).t().contiguous())
-    t_hat = nvfp4_dequantize(t.rowwise_data, t.rowwise_scale, t.rowwise_amax, shape=(48, 32), dtype=dtype)
+    t_hat = dequantize_nvfp4(t.rowwise_data, t.rowwise_scale, t.rowwise_amax, shape=(48, 32), out_dtype=dtype)
     assert torch.equal(col, t_hat.t().reshape(x.shape))
     for x_hat in (row, col):
         assert ((x_hat.float() - x.float()).abs() <= 0.2 * r.rowwise_amax).all()

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from refops.kernels.reference.hadamard import RHT_SIGN_VECTOR, hadamard_transform_16, rht_matrix_16
-from refops.kernels.reference.quant_nvfp4 import nvfp4_quantize
+from refops.kernels.reference.quant_nvfp4 import quantize_nvfp4
 
 from _nvfp4_helpers import row_only
 
@@ -56,8 +56,8 @@ def test_rht_errors(device):
 @pytest.mark.parametrize("random_sign_mask", [True, False])
 def test_rht_applies_to_columnwise_only(random_sign_mask, device):
     x = torch.randn(32, 48, device=device).to(torch.bfloat16)
-    r = nvfp4_quantize(x, with_rht=True, random_sign_mask=random_sign_mask)
-    plain = nvfp4_quantize(x)
+    r = quantize_nvfp4(x, with_rht=True, with_random_sign_mask=random_sign_mask)
+    plain = quantize_nvfp4(x)
     assert torch.equal(r.rowwise_data, plain.rowwise_data) and torch.equal(r.rowwise_amax, plain.rowwise_amax)
     transformed = hadamard_transform_16(x.t().contiguous(), random_sign_mask=random_sign_mask)
     ref = row_only(transformed)  # columnwise = quantize(RHT(x^T)) blocked along M

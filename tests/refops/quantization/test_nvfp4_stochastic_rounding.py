@@ -11,7 +11,7 @@ import torch
 
 from refops.formats import E2M1_VALUES, e2m1_to_fp32, unpack_e2m1
 from refops.kernels.reference.nvfp4_scales import nvfp4_block_encode_multiplier, nvfp4_global_scale
-from refops.kernels.reference.quant_nvfp4 import nvfp4_quantize
+from refops.kernels.reference.quant_nvfp4 import quantize_nvfp4
 
 from _nvfp4_helpers import dequant_rowwise, row_only
 
@@ -25,12 +25,12 @@ def test_sr_reproducible_with_same_bytes(device):
     x = torch.randn(32, 48, device=device)
     kw = dict(stochastic_rounding=True)
     b_row, b_col = _rand_bytes((32, 48), device, 1), _rand_bytes((48, 32), device, 2)
-    r1 = nvfp4_quantize(x, random_bytes_rowwise=b_row, random_bytes_columnwise=b_col, **kw)
-    r2 = nvfp4_quantize(x, random_bytes_rowwise=b_row.clone(), random_bytes_columnwise=b_col.clone(), **kw)
+    r1 = quantize_nvfp4(x, random_bytes_rowwise=b_row, random_bytes_columnwise=b_col, **kw)
+    r2 = quantize_nvfp4(x, random_bytes_rowwise=b_row.clone(), random_bytes_columnwise=b_col.clone(), **kw)
     assert torch.equal(r1.rowwise_data, r2.rowwise_data) and torch.equal(r1.columnwise_data, r2.columnwise_data)
-    r3 = nvfp4_quantize(x, random_bytes_rowwise=_rand_bytes((32, 48), device, 3), random_bytes_columnwise=b_col, **kw)
+    r3 = quantize_nvfp4(x, random_bytes_rowwise=_rand_bytes((32, 48), device, 3), random_bytes_columnwise=b_col, **kw)
     assert not torch.equal(r1.rowwise_data, r3.rowwise_data)
-    rn = nvfp4_quantize(x)  # scales do not depend on the rounding mode
+    rn = quantize_nvfp4(x)  # scales do not depend on the rounding mode
     assert torch.equal(r1.rowwise_scale, rn.rowwise_scale) and torch.equal(r1.columnwise_scale, rn.columnwise_scale)
 
 
@@ -72,6 +72,6 @@ def test_sr_random_bytes_validation(device):
     with pytest.raises(ValueError, match=r"uint8 of shape \(16, 32\)"):
         row_only(x, stochastic_rounding=True, random_bytes_rowwise=zeros(32, 16))
     with pytest.raises(ValueError, match="random_bytes_columnwise"):
-        nvfp4_quantize(x, stochastic_rounding=True, random_bytes_rowwise=zeros(16, 32))
+        quantize_nvfp4(x, stochastic_rounding=True, random_bytes_rowwise=zeros(16, 32))
     with pytest.raises(ValueError, match="not used"):
         row_only(x, random_bytes_rowwise=zeros(16, 32))

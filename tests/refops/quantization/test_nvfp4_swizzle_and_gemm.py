@@ -1,4 +1,4 @@
-"""NVFP4 block-scale swizzle (refops/kernels/reference/scale_swizzle.py) and the GEMM reference (gemm_nvfp4.py)."""
+"""NVFP4 block-scale swizzle (refops/layouts.py) and the GEMM reference (gemm_nvfp4.py)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from refops.kernels.reference.gemm_nvfp4 import nvfp4_gemm_reference
-from refops.kernels.reference.scale_swizzle import swizzle_block_scales, unswizzle_block_scales
+from refops.layouts import swizzle_block_scales, unswizzle_block_scales
 
 from _nvfp4_helpers import dequant_rowwise, row_only
 
@@ -29,7 +29,7 @@ def test_swizzle_offsets_and_inverse(device):
 def test_gemm_reference_matches_dequantized_matmul(device):
     x = torch.randn(32, 64, device=device)
     w = torch.randn(48, 64, device=device) * 0.1
-    qx, qw = row_only(x), row_only(w, with_2d=True)
+    qx, qw = row_only(x), row_only(w, with_2d_quantization=True)
     y = nvfp4_gemm_reference(
         qx.rowwise_data, qx.rowwise_scale, qx.rowwise_amax, qw.rowwise_data, qw.rowwise_scale, qw.rowwise_amax
     )

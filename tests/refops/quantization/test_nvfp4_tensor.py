@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from refops.kernels import current_backend
-from refops.kernels.reference.quant_nvfp4 import nvfp4_quantize
+from refops.kernels.reference.quant_nvfp4 import quantize_nvfp4
 from refops.quantization import DType, NVFP4Quantizer, NVFP4Tensor, QuantizedTensor
 
 
@@ -37,9 +37,9 @@ def test_golden_block_through_the_quantizer(device: torch.device) -> None:
 def test_quantizer_matches_the_numerics_function(device: torch.device, options: dict, dtype: torch.dtype) -> None:
     x = (torch.randn(2, 32, 48, device=device) * 3).to(dtype)
     q = NVFP4Quantizer(**options)(x)
-    ref = nvfp4_quantize(
-        x.reshape(64, 48), with_2d=options.get("with_2d_quantization", False),
-        with_rht=options.get("with_rht", False), random_sign_mask=options.get("with_random_sign_mask", True),
+    ref = quantize_nvfp4(
+        x.reshape(64, 48), with_2d_quantization=options.get("with_2d_quantization", False),
+        with_rht=options.get("with_rht", False), with_random_sign_mask=options.get("with_random_sign_mask", True),
         use_4over6=options.get("nvfp4_use_4over6", False), e4m3_max_4over6=options.get("nvfp4_e4m3_max", 256),
         err_mode=options.get("nvfp4_4over6_err_mode", "MAE"), row_scaled=options.get("row_scaled_nvfp4", False),
     )
@@ -62,7 +62,7 @@ def test_stochastic_rounding_draws_from_torch_rng(device: torch.device) -> None:
     torch.manual_seed(7)
     bytes_row = torch.randint(0, 256, (32, 64), dtype=torch.uint8, device=device)
     bytes_col = torch.randint(0, 256, (64, 32), dtype=torch.uint8, device=device)
-    ref = nvfp4_quantize(x, stochastic_rounding=True, random_bytes_rowwise=bytes_row, random_bytes_columnwise=bytes_col)
+    ref = quantize_nvfp4(x, stochastic_rounding=True, random_bytes_rowwise=bytes_row, random_bytes_columnwise=bytes_col)
     assert torch.equal(a._rowwise_data, b._rowwise_data) and torch.equal(a._rowwise_data, ref.rowwise_data)
     assert torch.equal(a._columnwise_data, ref.columnwise_data)
     c = quantizer(x)  # next draw

@@ -29,7 +29,8 @@ case           padded shape                               element
 
 Padding is zero-filled here (TE leaves it uninitialized): only the valid region (``*_scale_valid_shape``)
 carries meaning. The cuBLAS 128x4 swizzle of MXFP8 and NVFP4 scales (:func:`swizzle_block_scales`) is the
-layout Blackwell GEMMs read (recipes-numerics §3.3); refops stores the compact layout above.
+layout Blackwell GEMMs read (``docs/recipes/index.md#the-cublas-scale-swizzle``); refops stores the compact
+layout above.
 """
 
 from __future__ import annotations
@@ -211,7 +212,8 @@ def _check_swizzle_shape(scales: torch.Tensor, name: str) -> None:
 
 
 def swizzle_block_scales(scales: torch.Tensor) -> torch.Tensor:
-    """cuBLAS 128x4 block-scale swizzle (§3.3), returned with the same ``(R, C)`` shape.
+    """cuBLAS 128x4 block-scale swizzle (``docs/recipes/index.md#the-cublas-scale-swizzle``), returned with the
+    same ``(R, C)`` shape.
 
     ``S[128*rb + 32*i + j, 4*cb + l]`` goes to linear offset
     ``((rb*(C/4) + cb)*32 + j)*16 + 4*i + l``: reshape to ``(R/128, 4, 32, C/4, 4)``,

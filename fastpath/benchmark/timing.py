@@ -50,12 +50,10 @@ def event_intervals_ms(fn: Callable[[], Any], reps: int) -> list[float]:
 def tensors_in(value: Any) -> Iterable[torch.Tensor]:
     """Every plain tensor in a (nested) tuple/list/dict; quantized tensors contribute their arrays."""
     if isinstance(value, torch.Tensor):
-        arrays = getattr(value, "_array_names", None)
-        if callable(arrays):  # a refops QuantizedTensor: its storage is its arrays
-            for name in arrays():
-                inner = getattr(value, name, None)
-                if inner is not None:
-                    yield inner
+        plain = getattr(value, "to_plain_tensors", None)
+        if callable(plain):  # a refops QuantizedTensor: its storage is its arrays
+            arrays, _ = plain()
+            yield from (t for t in arrays.values() if isinstance(t, torch.Tensor))
         else:
             yield value
     elif isinstance(value, (tuple, list)):

@@ -37,6 +37,7 @@ from .quantization.support import (
 )
 from .graphs import make_graphed_callables
 from .trace import trace
+from . import sharding  # noqa: E402  (fills the hooks the layers below dispatch through)
 
 __version__ = "0.1.0"
 

@@ -53,7 +53,7 @@ def _rank_demo(rank: int, world_size: int, steps: int) -> RankReport:
     from torch.distributed.fsdp import fully_shard
     from torch.distributed.tensor import DTensor
 
-    from .fsdp import reset_parameter_owners
+    from ..sharding.parameter_owners import reset_parameter_owners
 
     phases: list[tuple[str, list[str]]] = []
     torch.manual_seed(SEED)

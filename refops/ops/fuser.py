@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Optional
 import torch
 
 from .. import trace
-from ..distributed.fsdp import check_fuser_parameters_unsharded
+from .dtensor_parameters import check_fuser_parameters_unsharded
 from ..quantization.state import (
     backward_update_callback,
     claim_first_module,

@@ -14,6 +14,7 @@ from typing import Any, Iterable, NoReturn, Optional
 
 import torch
 
+from .dtensor_parameters import agreed_recipe_state
 from .extra_state import encode_extra_state, load_extra_state
 from .parameter_lifecycle import ParameterLifecycle
 from .quantized_checkpoint import QuantizedCheckpoint
@@ -243,9 +244,7 @@ class BasicOperation(QuantizedCheckpoint, QuantizationHooks, ParameterLifecycle,
 
     def get_extra_state(self) -> torch.Tensor:
         """Recipe state as one uint8 tensor, never pickled (see :mod:`refops.ops.extra_state`); the same on every
-        rank for an FSDP2-sharded op (:func:`refops.distributed.sharded_checkpoint.agreed_recipe_state`)."""
-        from ..distributed.sharded_checkpoint import agreed_recipe_state
-
+        rank for an FSDP2-sharded op (:func:`refops.ops.dtensor_parameters.agreed_recipe_state`)."""
         return encode_extra_state(agreed_recipe_state(self, self._extra_state_dict()))
 
     def set_extra_state(self, state: Any) -> None:

@@ -20,7 +20,7 @@ The invariants kept here (see ``docs/lifecycle.md``):
    object: refops draws the *full* value with the construction RNG (parity with a
    single-process build under the same seed), finalizes it, and writes this rank's
    shard into the DTensor's local tensor in place; it never replaces a DTensor by a
-   plain tensor (:mod:`refops.distributed.fsdp`).
+   plain tensor (:mod:`refops.ops.dtensor_parameters`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from typing import Callable, Iterable
 import torch
 
 from .. import trace
-from ..distributed.fsdp import is_dtensor, place_full_value_into_dtensor
+from ..quantization.dtensor import is_dtensor
+from .dtensor_parameters import place_full_value_into_dtensor
 from .placement import canonicalize_device, default_parameter_device
 
 __all__ = ["ParameterLifecycle", "canonicalize_device", "canonicalize_dtype", "fill_parameter_in_place"]
@@ -201,7 +202,7 @@ class ParameterLifecycle(torch.nn.Module):
             # first forward under inference_mode must not create inference tensors.
             with torch.inference_mode(False), torch.no_grad():
                 # A DTensor's shape is the global one: the full value is drawn, for
-                # bit-parity with a single-process build (see refops.distributed.fsdp).
+                # bit-parity with a single-process build (see refops.ops.dtensor_parameters).
                 value = torch.empty(param.shape, dtype=param.dtype, device=device)
                 self.init_parameter(name, value)
                 value = self._finalize_parameter_value(name, value, inference=inference)

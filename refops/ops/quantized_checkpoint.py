@@ -1,13 +1,15 @@
-"""Quantized parameters in checkpoints: one pickle-free uint8 tensor each, bit-exact.
+"""Quantized parameters in checkpoints: one plain uint8 matrix each (row blocks), bit-exact, never pickled.
 
-``state_dict()`` stores a ``QuantizedTensor`` parameter as the encoding of its
-plain tensors (data, scales, quantizer state) and metadata (see
-:mod:`refops.ops.extra_state`), so checkpoints load with
-``torch.load(weights_only=True)`` and rebuild every byte. An FSDP2-sharded one
-(a DTensor around a ``QuantizedTensor``) is stored as a DTensor of row blocks,
-which ``torch.distributed.checkpoint`` saves, gathers and reshards as any plain
-tensor (:mod:`refops.distributed.sharded_checkpoint`). Loading places the
-rebuilt tensor into the existing parameter object (or assigns it with
+``state_dict()`` stores a ``QuantizedTensor`` parameter as its **row blocks**: a ``(blocks, width)`` uint8
+matrix whose rows follow the weight's rows and which says what its bytes mean. An FSDP2-sharded one (a
+DTensor around a ``QuantizedTensor``) is stored as a DTensor of the same row blocks, sharded as the weight
+is. It is the one form of a quantized weight in one process and under FSDP2 alike, so
+``torch.distributed.checkpoint`` reshards it like any plain tensor (saved on 2 ranks, loaded in one process,
+or the reverse), and ``torch.load(weights_only=True)`` reads it. The form belongs to the sharding layer
+(:mod:`refops.sharding.row_blocks`, :mod:`refops.sharding.sharded_checkpoint`), which sits above ops and
+installs it here (:func:`install_quantized_parameter_form`) when ``refops`` is imported. Checkpoints of the
+legacy single-process form (one 1-D uint8 tensor per weight, :mod:`refops.ops.legacy_checkpoint_form`)
+still load. Loading places the rebuilt tensor into the existing parameter object (or assigns it with
 ``assign=True``).
 
 Nothing changes type silently on load (the functions at the end): a quantized
@@ -20,92 +22,69 @@ quantized checkpoint for a plain model.
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 import torch
 
+from ..quantization._dispatch import same_encoding
+from ..quantization.dtensor import is_dtensor
 from ..quantization.quantized_tensor import QuantizedTensor
-from .extra_state import _MAGIC, decode_extra_state, encode_extra_state, extra_state_type_error
+from .extra_state import extra_state_type_error
+from .legacy_checkpoint_form import decode_legacy_entry
 from .parameter_lifecycle import fill_parameter_in_place
 
 __all__ = [
-    "encode_quantized_parameter",
-    "decode_quantized_parameter",
-    "is_encoded_quantized_parameter",
-    "decode_checkpoint_entry",
+    "QuantizedParameterForm",
+    "install_quantized_parameter_form",
+    "quantizer_scheme",
+    "expected_weight_quantizer",
     "quantized_entry_error",
     "bind_live_quantizer",
     "dequantize_state_dict",
     "QuantizedCheckpoint",
 ]
 
-_KEY = "refops.quantized_tensor"
+
+class QuantizedParameterForm(Protocol):
+    """The state-dict form of quantized parameters (``refops.sharding.state_dict_form`` implements it)."""
+
+    def encode(self, param: Any, *, what: str) -> torch.Tensor:
+        """The entry of a ``QuantizedTensor`` parameter, or of a DTensor around one."""
+
+    def is_entry(self, value: Any) -> bool:
+        """Whether ``value`` is a plain (not sharded) entry of this form."""
+
+    def describe(self, value: torch.Tensor, *, what: str) -> str:
+        """What entry ``value`` holds, in words."""
+
+    def decode(self, value: torch.Tensor, *, like: Optional[QuantizedTensor], rows: Optional[int],
+               what: str) -> QuantizedTensor:
+        """The tensor entry ``value`` holds, checked against ``like`` (a tensor stored the way it must be), with
+        ``like``'s quantizer; ``ValueError`` naming ``what`` for anything else."""
+
+    def decode_shard(self, param: Any, value: Any, *, what: str, decode_legacy: Any) -> QuantizedTensor:
+        """This rank's shard of sharded quantized weight ``param`` from entry ``value``."""
 
 
-def encode_quantized_parameter(tensor: QuantizedTensor) -> torch.Tensor:
-    """One uint8 tensor holding ``tensor`` bit for bit."""
-    arrays, metadata = tensor.to_plain_tensors()
-    return encode_extra_state({_KEY: {"metadata": metadata, "arrays": arrays}})
+_form: Optional[QuantizedParameterForm] = None
 
 
-def is_encoded_quantized_parameter(value: Any) -> bool:
-    """Whether ``value`` came from :func:`encode_quantized_parameter` (cheap check first)."""
-    if not isinstance(value, torch.Tensor) or isinstance(value, QuantizedTensor):
-        return False
-    if value.dtype != torch.uint8 or value.dim() != 1 or value.numel() < 16:
-        return False
-    try:
-        return _KEY in decode_extra_state(value)
-    except (ValueError, TypeError):
-        return False
+def install_quantized_parameter_form(form: QuantizedParameterForm) -> None:
+    """Set the state-dict form of quantized parameters (called by ``refops.sharding`` at import)."""
+    global _form
+    _form = form
 
 
-def decode_quantized_parameter(value: torch.Tensor, device: Optional[torch.device] = None) -> QuantizedTensor:
-    """Inverse of :func:`encode_quantized_parameter`, on ``device``."""
-    payload = decode_extra_state(value)[_KEY]
-    return QuantizedTensor.from_plain_tensors(payload["arrays"], payload["metadata"], device=device)
+def _the_form() -> QuantizedParameterForm:
+    if _form is None:  # only when refops.sharding was never imported (``import refops`` imports it)
+        raise RuntimeError("refops: the state-dict form of quantized parameters is installed by refops.sharding; "
+                           "import refops")
+    return _form
 
 
-# ----------------------------------------------------------------- loading
-# What a basic op's ``_load_from_state_dict`` asks before it loads anything: nothing
-# changes type silently. A quantized entry loads only into a weight stored
-# quantized the same way; a plain entry into a quantized weight is quantized with
-# the op's own weight quantizer (the one documented conversion); a corrupt entry is
-# an error naming the op and the tensor.
-
-def _looks_encoded(value: Any) -> bool:
-    """Whether ``value`` starts like a refops-encoded tensor (decoding decides whether it is one)."""
-    if not isinstance(value, torch.Tensor) or isinstance(value, QuantizedTensor):
-        return False
-    if value.dtype != torch.uint8 or value.dim() != 1 or value.numel() < len(_MAGIC) or value.is_meta:
-        return False
-    return bytes(value[: len(_MAGIC)].tolist()) == _MAGIC
 
 
-def decode_checkpoint_entry(value: Any, *, where: str, device: torch.device) -> Optional[QuantizedTensor]:
-    """The quantized tensor encoded in ``value``, or None for a plain entry.
-
-    Raises ``ValueError`` naming ``where`` (op and parameter) when ``value`` is an
-    encoded quantized tensor that cannot be rebuilt (truncated, corrupt).
-    """
-    if not _looks_encoded(value):
-        return None
-    try:
-        payload = decode_extra_state(value)
-    except Exception as error:  # any failure of a truncated or corrupt blob
-        raise ValueError(f"{where}: the checkpoint entry is a truncated or corrupt refops tensor ({error})") from None
-    if _KEY not in payload:
-        return None
-    try:
-        entry = payload[_KEY]
-        return QuantizedTensor.from_plain_tensors(entry["arrays"], entry["metadata"], device=device)
-    except Exception as error:
-        raise ValueError(
-            f"{where}: the checkpoint's quantized tensor cannot be rebuilt (truncated or corrupt: {error})"
-        ) from None
-
-
-def _scheme(quantizer: Any) -> dict[str, Any]:
+def quantizer_scheme(quantizer: Any) -> dict[str, Any]:
     """What must match for stored quantized bytes to mean the same values: class and options, not usages."""
     config = {k: v for k, v in quantizer._config().items() if k not in ("rowwise", "columnwise")}
     return {"quantizer": type(quantizer).__name__, **config}
@@ -144,10 +123,10 @@ def quantized_entry_error(op: Any, name: str, value: QuantizedTensor, where: str
         )
     if expected is None or value.quantizer is None:
         return None
-    if expected.tensor_class is not type(value) or _scheme(expected) != _scheme(value.quantizer):
+    if expected.tensor_class is not type(value) or quantizer_scheme(expected) != quantizer_scheme(value.quantizer):
         return (
-            f"{where} is stored as {expected.tensor_class.__name__} ({_scheme(expected)}) but the checkpoint holds "
-            f"{saved} ({_scheme(value.quantizer)}): it was saved with another recipe. Build the model under "
+            f"{where} is stored as {expected.tensor_class.__name__} ({quantizer_scheme(expected)}) but the checkpoint holds "
+            f"{saved} ({quantizer_scheme(value.quantizer)}): it was saved with another recipe. Build the model under "
             "quantized_model_init with that recipe, or load dequantize_state_dict(state_dict) to re-quantize"
         )
     return None
@@ -163,7 +142,7 @@ def bind_live_quantizer(op: Any, name: str, value: QuantizedTensor) -> None:
     slot_of = getattr(op, "_weight_quantizer_slot", None)
     slot = slot_of(name) if slot_of is not None else None
     live = op.get_quantizer("forward", slot) if slot is not None else None
-    if live is None or value.quantizer is None or _scheme(live) != _scheme(value.quantizer):
+    if live is None or value.quantizer is None or quantizer_scheme(live) != quantizer_scheme(value.quantizer):
         return
     quantizer = live.copy()
     quantizer.set_usage(rowwise=value.has_usage("rowwise"), columnwise=value.has_usage("columnwise"))
@@ -172,30 +151,26 @@ def bind_live_quantizer(op: Any, name: str, value: QuantizedTensor) -> None:
 
 
 def dequantize_state_dict(state_dict: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``state_dict`` with every encoded quantized tensor replaced by its dequantized values.
+    """A copy of ``state_dict`` with every quantized weight (row blocks, or the legacy form) replaced by its
+    dequantized values.
 
     The explicit conversion for loading a quantized checkpoint into a plain model
     (or into one quantized with another recipe, which re-quantizes on load).
     """
-    from ..quantization.row_blocks import is_row_blocks
-
+    form = _the_form()
     out = {}
     for key, value in state_dict.items():
-        if is_row_blocks(value):
-            raise ValueError(
-                f"dequantize_state_dict: state_dict[{key!r}] holds a quantized weight as row blocks (a full state dict "
-                "of an FSDP2-sharded model), which carry no format of their own: load the state dict into a model "
-                "built under quantized_model_init with the same recipe, then dequantize that model's state_dict()"
-            )
-        decoded = decode_checkpoint_entry(value, where=f"state_dict[{key!r}]", device=torch.device("cpu"))
+        where = f"state_dict[{key!r}]"
+        if form.is_entry(value):
+            out[key] = form.decode(value, like=None, rows=None, what=where).dequantize().detach()
+            continue
+        decoded = decode_legacy_entry(value, where=where, device=torch.device("cpu"))
         out[key] = value if decoded is None else decoded.dequantize().detach()
     return out
 
 
 def _sharded_quantized(param: Any) -> bool:
     """An FSDP2-sharded quantized weight (a DTensor around a QuantizedTensor); cheap when DTensor was never loaded."""
-    from ..distributed.fsdp import is_dtensor
-
     return is_dtensor(param) and isinstance(param._local_tensor, QuantizedTensor)
 
 
@@ -204,18 +179,14 @@ class QuantizedCheckpoint(torch.nn.Module):
     all-or-nothing, type-preserving ``load_state_dict`` (see the module docstring)."""
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
-        """Quantized parameters are saved as one pickle-free uint8 tensor each (bit-exact); FSDP2-sharded ones as
-        a DTensor of row blocks, sharded as the weight is (:mod:`refops.distributed.sharded_checkpoint`)."""
+        """Quantized parameters are saved as their row blocks (bit-exact); FSDP2-sharded ones as a DTensor of the
+        same row blocks, sharded as the weight is (see the module docstring)."""
         super()._save_to_state_dict(destination, prefix, keep_vars)
         if keep_vars:
             return
         for name, param in self._parameters.items():
-            if isinstance(param, QuantizedTensor):
-                destination[prefix + name] = encode_quantized_parameter(param)
-            elif _sharded_quantized(param):
-                from ..distributed.sharded_checkpoint import sharded_row_blocks
-
-                destination[prefix + name] = sharded_row_blocks(param, what=self._where(prefix, name))
+            if isinstance(param, QuantizedTensor) or _sharded_quantized(param):
+                destination[prefix + name] = _the_form().encode(param, what=self._where(prefix, name))
 
     def _where(self, prefix: str, name: str) -> str:
         return f"{type(self).__name__} ({prefix or 'top level'}): parameter '{name}'"
@@ -297,40 +268,37 @@ class QuantizedCheckpoint(torch.nn.Module):
 
     def _decode_entry(self, name: str, param: torch.Tensor, value: Any, where: str) -> Optional[QuantizedTensor]:
         """The quantized tensor checkpoint entry ``value`` holds for plain-or-quantized parameter ``name`` (None:
-        a plain entry). Besides the single-process encoding, row blocks (a full state dict gathered from an
-        FSDP2-sharded model) decode into the way the parameter is stored."""
-        from ..quantization.row_blocks import decode_row_blocks, is_row_blocks
-
+        a plain entry): row blocks, decoded as the parameter is stored (a meta parameter: as its weight quantizer
+        stores it), or the legacy form."""
         device = self._checkpoint_target_device(param)
-        if not is_row_blocks(value):
-            return decode_checkpoint_entry(value, where=where, device=device)
-        template = param if isinstance(param, QuantizedTensor) else None
+        form = _the_form()
+        if not form.is_entry(value):
+            return decode_legacy_entry(value, where=where, device=device)
+        like = param if isinstance(param, QuantizedTensor) else None
         expected = expected_weight_quantizer(self, name)
-        if template is None and expected is not None:
-            template = expected.make_empty(param.shape, dtype=param.dtype, device=device)
-        if template is None:
+        if like is None and expected is not None:
+            like = expected.make_empty(param.shape, dtype=param.dtype, device=device)
+        if like is None:
             raise ValueError(
-                f"{where} is a plain parameter but the checkpoint holds a quantized weight as row blocks (saved from "
-                "an FSDP2-sharded model built under quantized_model_init); build the model under quantized_model_init "
-                "with the same recipe"
+                f"{where} is a plain parameter but the checkpoint holds a quantized {form.describe(value, what=where)} "
+                "(saved under quantized_model_init); build the model under quantized_model_init with the same recipe, "
+                "or convert the checkpoint with refops.ops.quantized_checkpoint.dequantize_state_dict(state_dict)"
             )
-        return decode_row_blocks(template, value.to(device), rows=param.shape[0], what=where)
+        return form.decode(value.to(device), like=like, rows=param.shape[0] if param.dim() else None, what=where)
 
     def _decode_sharded_entry(self, name: str, param: Any, value: Any, where: str) -> QuantizedTensor:
         """This rank's shard of FSDP2-sharded quantized weight ``name`` from ``value``, stored exactly as the local
         shard is (checked: bytes are copied, never re-quantized)."""
-        from ..distributed.sharded_checkpoint import decode_sharded_entry
-        from ..quantization._dispatch import _same_encoding
 
-        def decode_encoded(full: torch.Tensor) -> Optional[QuantizedTensor]:
-            whole = decode_checkpoint_entry(full, where=where, device=param._local_tensor.device)
+        def decode_legacy(full: torch.Tensor) -> Optional[QuantizedTensor]:
+            whole = decode_legacy_entry(full, where=where, device=param._local_tensor.device)
             problem = None if whole is None else quantized_entry_error(self, name, whole, where)
             if problem is not None:
                 raise ValueError(problem)
             return whole
 
-        shard = decode_sharded_entry(param, value, what=where, decode_encoded=decode_encoded)
-        if not _same_encoding(param._local_tensor, shard):
+        shard = _the_form().decode_shard(param, value, what=where, decode_legacy=decode_legacy)
+        if not same_encoding(param._local_tensor, shard):
             raise ValueError(
                 f"{where}: the checkpoint's {type(shard).__name__} shard of shape {tuple(shard.shape)} is not stored as "
                 f"this rank's {type(param._local_tensor).__name__} shard of shape {tuple(param._local_tensor.shape)} "

@@ -14,7 +14,7 @@ module holds its tensor subclass and quantizer(s):
 The arithmetic lives behind the kernel seam (``refops.kernels``).
 """
 
-from . import _dispatch  # noqa: F401  (QuantizedTensor.__torch_dispatch__ imports it lazily)
+from . import _dispatch  # noqa: F401  (fills QuantizedTensor's torch-dispatch handler table)
 from .float8 import Float8CurrentScalingQuantizer, Float8Quantizer, Float8Tensor
 from .float8_block import Float8BlockQuantizer, Float8BlockwiseQTensor
 from .mxfp8 import MXFP8Quantizer, MXFP8Tensor

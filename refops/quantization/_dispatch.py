@@ -1,4 +1,8 @@
-"""How torch operations treat a ``QuantizedTensor`` (its ``__torch_dispatch__``).
+"""How torch operations treat a ``QuantizedTensor``: the rules this layer adds to its handler table.
+
+Importing this module fills :data:`refops.quantization.quantized_tensor.TORCH_DISPATCH` (the cuts,
+``split``/``slice``/``new_zeros``, need every scheme's row-major form and are added by
+:mod:`refops.sharding.cuts`):
 
 * ``detach`` / ``alias`` / a ``view`` to the same shape: a new tensor of the same
   class sharing the arrays (what ``nn.Parameter(q)``, ``state_dict()`` and autograd
@@ -11,12 +15,7 @@
 * ``_to_copy`` (``.to(device)``, ``.to(dtype)``, ``.half()``, ``.float()``, ``.cpu()``):
   stays quantized with the new nominal dtype (fp32/fp16/bf16) and/or device;
 * ``empty_like``: same class, uninitialized arrays;
-* ``split``/``chunk`` give exact pieces, as in TE: quantized for per-tensor FP8 (any dim) and for dim-0
-  cuts on scaling-block bounds (how FSDP2 shards a parameter), else pieces of the dequantized values;
-* the other cuts FSDP2 makes: a dim-0 ``slice``/``narrow`` on scaling-block bounds, ``new_zeros`` with only
-  the row count changed (a row count that splits a scaling block is refused: FSDP2 would re-quantize a
-  dequantized shard into it), and the identity ``as_strided`` keep the scheme
-  (:mod:`refops.quantization.row_layout`);
+* the identity ``as_strided`` (FSDP2 applies it to an unsharded parameter) is an alias;
 * any other op runs on the dequantized values; an op that writes into a quantized
   argument (``add_``, ``mul_``, ``zero_``, ...) re-quantizes the result into it in
   place, like an optimizer step.
@@ -24,20 +23,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch.utils._pytree import tree_map
 
-from .quantized_tensor import QuantizedTensor
+from .quantized_tensor import OTHER_OPS, TORCH_DISPATCH, QuantizedTensor
 
-__all__ = ["dispatch"]
+__all__ = ["alias", "same_encoding", "other_op"]
 
 aten = torch.ops.aten
 _NOMINAL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def _alias(tensor: QuantizedTensor, *_: Any, **__: Any) -> QuantizedTensor:
+def alias(tensor: QuantizedTensor, *_: Any, **__: Any) -> QuantizedTensor:
     """A view of a normal tensor is a normal tensor, even under ``torch.inference_mode`` (as for plain
     tensors): the wrapper is made outside it, or autograd could not give the view a version counter."""
     with torch.inference_mode(tensor.is_inference()):
@@ -51,7 +50,7 @@ def _view(tensor: QuantizedTensor, size: Any) -> torch.Tensor:
     except RuntimeError:
         same = False
     if same:
-        return _alias(tensor)
+        return alias(tensor)
     return tensor._dequantize_impl(tensor.dtype, None).view(size)
 
 
@@ -59,7 +58,7 @@ def _clone(tensor: QuantizedTensor, *, memory_format: Any = None) -> QuantizedTe
     return tensor._map_arrays(lambda t: t.clone())
 
 
-def _same_encoding(dst: QuantizedTensor, src: Any) -> bool:
+def same_encoding(dst: QuantizedTensor, src: Any) -> bool:
     """Whether ``src``'s arrays can be copied byte for byte into ``dst``'s."""
     if type(src) is not type(dst) or src.shape != dst.shape:
         return False
@@ -77,7 +76,7 @@ def _copy_(dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> 
     if not isinstance(dst, QuantizedTensor):
         dst.copy_(src._dequantize_impl(src.dtype, None), non_blocking)
         return dst
-    if _same_encoding(dst, src):
+    if same_encoding(dst, src):
         for attr in dst._array_names():
             if getattr(dst, attr) is not None:
                 getattr(dst, attr).copy_(getattr(src, attr), non_blocking)
@@ -105,135 +104,23 @@ def _empty_like(tensor: QuantizedTensor, **kwargs: Any) -> torch.Tensor:
     return tensor._map_arrays(lambda t: torch.empty_like(t, device=device), dtype=dtype, device=torch.device(device))
 
 
-def _rows_or_none(tensor: QuantizedTensor, start: int, stop: int) -> Any:
-    """Rows ``[start, stop)`` kept quantized (the whole tensor: an alias), or None where the scheme cannot cut there."""
-    from .row_layout import _LAYOUTS, rows
-
-    if start == 0 and stop == tensor.shape[0]:
-        return _alias(tensor)
-    layout = _LAYOUTS.get(type(tensor).__name__)
-    if layout is None or tensor.dim() != 2 or (layout.check is not None and layout.check(tensor)):
-        return None
-    g = layout.block_rows(tensor)
-    if start % g or (stop % g and stop != tensor.shape[0]):
-        return None
-    return rows(tensor, start, stop)
-
-
-def _split_bounds(n: int, split_size: Any) -> list[tuple[int, int]]:
-    """``[start, stop)`` of each piece ``torch.split(t, split_size)`` makes along a dim of size ``n``."""
-    if isinstance(split_size, (list, tuple)):
-        sizes = list(split_size)
-    else:
-        sizes = [min(split_size, n - start) for start in range(0, n, split_size)] or [0]
-    bounds, start = [], 0
-    for size in sizes:
-        bounds.append((start, start + size))
-        start += size
-    return bounds
-
-
-def _split(tensor: QuantizedTensor, split_size: Any, dim: int = 0) -> list[torch.Tensor]:
-    """``split``/``chunk``: exact pieces, quantized where the scheme allows the cut, as in TE.
-
-    Per-tensor FP8 cuts along any dim (its one scale serves every piece). Other schemes keep
-    dim-0 cuts on their scaling-block bounds quantized (how FSDP2 shards a parameter). Any other
-    cut returns the pieces of the dequantized values, exactly (TE's fallback); FSDP2's padding of
-    such a shard is then refused by ``new_zeros`` (see :func:`_new_zeros`), so a quantized weight
-    is never sharded into dequantized pieces silently.
-    """
-    from .float8 import Float8Tensor
-
-    if tensor.dim() == 0:
-        raise RuntimeError(f"{type(tensor).__name__}: split expects at least a 1-dimensional tensor")
-    dim = dim % tensor.dim()
-    bounds = _split_bounds(tensor.shape[dim], split_size)
-    if isinstance(tensor, Float8Tensor):
-        return [_float8_piece(tensor, dim, start, stop) for start, stop in bounds]
-    if dim == 0:
-        pieces = [_rows_or_none(tensor, start, stop) for start, stop in bounds]
-        if all(piece is not None for piece in pieces):
-            return pieces
-    values = tensor._dequantize_impl(tensor.dtype, None)
-    return [values.narrow(dim, start, stop - start) for start, stop in bounds]
-
-
-def _float8_piece(tensor: QuantizedTensor, dim: int, start: int, stop: int) -> QuantizedTensor:
-    """Elements ``[start, stop)`` along ``dim`` of a per-tensor FP8 tensor: its bytes, its usages, a copy of its scale."""
-    from ..kernels.reference.quant_float8 import columnwise_layout
-
-    if start == 0 and stop == tensor.shape[dim]:
-        return _alias(tensor)
-    full = tensor
-    if tensor._data is None:  # derive the row-wise bytes on a copy that shares the arrays
-        full = type(tensor).make_like(tensor)
-        full.update_usage(rowwise_usage=True)
-    data = full._data.narrow(dim, start, stop - start).contiguous()
-    return type(tensor).make_like(
-        tensor, shape=data.shape,
-        data=data if tensor._data is not None else None,
-        data_transpose=columnwise_layout(data) if tensor._transpose is not None else None,
-        fp8_scale_inv=tensor._scale_inv.clone(),  # re-quantizing one piece never writes another's scale
-    )
-
-
-def _slice(tensor: QuantizedTensor, dim: int = 0, start: Any = None, end: Any = None, step: int = 1) -> torch.Tensor:
-    """A dim-0 slice on block bounds stays quantized (FSDP2's ``narrow``); any other slice reads dequantized values."""
-    n = tensor.shape[0] if tensor.dim() else 0
-    lo = 0 if start is None else (start + n if start < 0 else min(start, n))
-    hi = n if end is None else (end + n if end < 0 else min(end, n))
-    if tensor.dim() and dim % tensor.dim() == 0 and step == 1 and 0 <= lo <= hi:
-        piece = _rows_or_none(tensor, lo, hi)
-        if piece is not None:
-            return piece
-    return aten.slice.Tensor(tensor._dequantize_impl(tensor.dtype, None), dim, start, end, step)
-
-
-def _new_zeros(tensor: QuantizedTensor, size: Any, **kwargs: Any) -> torch.Tensor:
-    """Zeros of ``tensor``'s scheme (FSDP2 pads a shard with them) when only the row count changes; else plain zeros."""
-    from .row_layout import _LAYOUTS, zeros_like_rows
-
-    size = torch.Size(size)
-    dtype = kwargs.get("dtype") or tensor.dtype
-    layout = _LAYOUTS.get(type(tensor).__name__)
-    quantizable = (layout is not None and tensor.dim() == 2 and len(size) == 2 and size[1:] == tensor.shape[1:]
-                   and dtype == tensor.dtype and not (layout.check is not None and layout.check(tensor)))
-    if quantizable:
-        block = layout.block_rows(tensor)
-        if size[0] % block and size[0] != tensor.shape[0]:
-            # FSDP2 pads each shard with new_zeros(shard rows) before copying the shard in: a shard that
-            # splits a scaling block would be re-quantized from its dequantized piece (a silent loss).
-            raise NotImplementedError(
-                f"{type(tensor).__name__}: new_zeros{tuple(size)} on a tensor of shape {tuple(tensor.shape)}: a "
-                f"{type(tensor).__name__} can only be cut at multiples of {block} rows (its scaling blocks), so "
-                f"rows of {size[0]} cannot hold its shards (FSDP2 pads each shard this way). Choose sizes whose "
-                f"shards are multiples of {block} rows, or keep this weight in high precision"
-            )
-        return zeros_like_rows(tensor, size)
-    return torch.zeros(size, dtype=dtype, device=kwargs.get("device") or tensor.device)
-
-
 def _as_strided(tensor: QuantizedTensor, size: Any, stride: Any, storage_offset: Any = None) -> torch.Tensor:
     """The identity ``as_strided`` (FSDP2 applies it to an unsharded parameter) is an alias; others dequantize."""
     if torch.Size(size) == tensor.shape and tuple(stride) == tuple(tensor.stride()) and not storage_offset:
-        return _alias(tensor)
+        return alias(tensor)
     return tensor._dequantize_impl(tensor.dtype, None).as_strided(size, stride, storage_offset)
 
 
-_HANDLERS: dict[Any, Callable[..., Any]] = {
-    aten.split.Tensor: _split,
-    aten.split_with_sizes.default: _split,
-    aten.slice.Tensor: _slice,
-    aten.new_zeros.default: _new_zeros,
+TORCH_DISPATCH.update({
     aten.as_strided.default: _as_strided,
-    aten.detach.default: _alias,
-    aten.alias.default: _alias,
+    aten.detach.default: alias,
+    aten.alias.default: alias,
     aten.view.default: _view,
     aten.clone.default: _clone,
     aten.copy_.default: _copy_,
     aten._to_copy.default: _to_copy,
     aten.empty_like.default: _empty_like,
-}
+})
 
 
 def _dequantized(value: Any) -> Any:
@@ -270,11 +157,12 @@ def _run_mutating(func: Any, args: tuple, kwargs: dict) -> Any:
     return tree_map(lambda o: originals.get(id(o), o), out)
 
 
-def dispatch(func: Any, args: tuple, kwargs: dict) -> Any:
-    """``QuantizedTensor.__torch_dispatch__``: see the module docstring."""
-    handler = _HANDLERS.get(func)
-    if handler is not None:
-        return handler(*args, **kwargs)
+def other_op(func: Any, args: tuple, kwargs: dict) -> Any:
+    """An op without a handler: in place, re-quantized into the written quantized arguments; else on the
+    dequantized values."""
     if func._schema.is_mutable:
         return _run_mutating(func, args, kwargs)
     return func(*tree_map(_dequantized, args), **tree_map(_dequantized, kwargs))
+
+
+TORCH_DISPATCH[OTHER_OPS] = other_op

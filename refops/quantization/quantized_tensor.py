@@ -12,20 +12,22 @@ Each scheme subclass declares which attributes hold what:
 * ``_SHARED``: tensors both usages need (per-tensor FP8's single ``_scale_inv``);
 * ``_CTOR_TENSORS`` / ``_CTOR_META``: TE's constructor keyword -> attribute.
 
-Torch operations are handled in :mod:`refops.quantization._dispatch`: detach,
-alias, clone, ``copy_`` into it (re-quantize in place), ``.to(device/dtype)``
-(stays quantized), ``empty_like``, ``split``/``chunk`` (exact pieces, quantized
-where the scheme allows the cut) and the dim-0 cuts FSDP2 shards with
-(``narrow``/``new_zeros``); anything else runs on the dequantized values.
-``t.data = value`` takes ``value``'s arrays (or quantizes a plain ``value``). FSDP2's all-gather extension (``fsdp_pre_all_gather`` /
-``fsdp_post_all_gather``) keeps shards quantized (:mod:`.fsdp_gather`).
+Torch operations go through one handler table, :data:`TORCH_DISPATCH`, which the modules owning the
+rules fill when they are imported (they import this module, so it cannot import them):
+:mod:`refops.quantization._dispatch` (detach, alias, clone, ``copy_`` into it (re-quantize in place),
+``.to(device/dtype)`` (stays quantized), ``empty_like``, and the rule for every other op: it runs on the
+dequantized values) and :mod:`refops.sharding.cuts` (``split``/``chunk``, ``slice``/``narrow`` and
+``new_zeros``: exact pieces, quantized where the scheme allows the cut, which is how FSDP2 shards).
+``t.data = value`` takes ``value``'s arrays (or quantizes a plain ``value``). FSDP2's all-gather
+extension (``fsdp_pre_all_gather`` / ``fsdp_post_all_gather``) keeps shards quantized; its two
+functions are :data:`FSDP2_ALL_GATHER`'s, filled by :mod:`refops.sharding.fsdp2_all_gather`.
 """
 
 from __future__ import annotations
 
 import functools
 
-from typing import Any, ClassVar, Optional
+from typing import Any, Callable, ClassVar, Optional
 
 import torch
 
@@ -33,11 +35,28 @@ from ..kernels.gemm_operand import GemmOperand
 from ..layouts import rows_cols
 from .quantizer import DType, Quantizer, quantizer_from_plain, quantizer_to_plain
 
-__all__ = ["QuantizedTensor"]
+__all__ = ["QuantizedTensor", "TORCH_DISPATCH", "FSDP2_ALL_GATHER", "OTHER_OPS"]
 
 USAGES = ("rowwise", "columnwise")
 #: Tensor classes by name, for :meth:`QuantizedTensor.from_plain_tensors`.
 TENSOR_CLASSES: dict[str, type["QuantizedTensor"]] = {}
+
+#: The key of :data:`TORCH_DISPATCH`'s rule for the ops without a handler of their own.
+OTHER_OPS = "other ops"
+#: How torch operations treat a quantized tensor: aten op -> ``handler(*args, **kwargs)``, and under
+#: :data:`OTHER_OPS` the rule ``rule(func, args, kwargs)`` for every op without a handler. Filled at import by
+#: :mod:`refops.quantization._dispatch` and :mod:`refops.sharding.cuts` (see the module docstring).
+TORCH_DISPATCH: dict[Any, Callable[..., Any]] = {}
+#: FSDP2's all-gather extension, ``"pre"`` and ``"post"``: filled by :mod:`refops.sharding.fsdp2_all_gather`,
+#: which sits above this layer (it needs the row-major form of every scheme).
+FSDP2_ALL_GATHER: dict[str, Callable[..., Any]] = {}
+
+
+def _fsdp2_all_gather(step: str) -> Callable[..., Any]:
+    function = FSDP2_ALL_GATHER.get(step)
+    if function is None:  # only when refops.sharding was never imported (``import refops`` imports it)
+        raise RuntimeError("QuantizedTensor: FSDP2's all-gather extension is installed by refops.sharding; import refops")
+    return function
 
 
 @functools.lru_cache(maxsize=256)
@@ -353,18 +372,14 @@ class QuantizedTensor(torch.Tensor):
                             mp_policy: Any) -> tuple[tuple[torch.Tensor, ...], Any]:
         """FSDP2's all-gather extension: this shard's data and scales, in row-major layout (never dequantized).
 
-        See :mod:`refops.quantization.fsdp_gather`; raises for a shard that cannot stay quantized.
+        See :mod:`refops.sharding.fsdp2_all_gather`; raises for a shard that cannot stay quantized.
         """
-        from .fsdp_gather import pre_all_gather
-
-        return pre_all_gather(self, mesh, orig_size, module, mp_policy)
+        return _fsdp2_all_gather("pre")(self, mesh, orig_size, module, mp_policy)
 
     def fsdp_post_all_gather(self, all_gather_outputs: tuple[torch.Tensor, ...], metadata: Any,
                              param_dtype: torch.dtype, *, out: Optional["QuantizedTensor"] = None) -> Any:
         """FSDP2's all-gather extension: the unsharded quantized tensor rebuilt from the gathered arrays."""
-        from .fsdp_gather import post_all_gather
-
-        return post_all_gather(self, all_gather_outputs, metadata, param_dtype, out=out)
+        return _fsdp2_all_gather("post")(self, all_gather_outputs, metadata, param_dtype, out=out)
 
     def untyped_storage(self) -> torch.UntypedStorage:
         """The storage of the first array this tensor holds (the wrapper itself owns none).
@@ -396,9 +411,10 @@ class QuantizedTensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func: Any, types: Any, args: tuple = (), kwargs: Optional[dict] = None) -> Any:
-        from ._dispatch import dispatch
-
-        return dispatch(func, args, kwargs or {})
+        handler = TORCH_DISPATCH.get(func)
+        if handler is not None:
+            return handler(*args, **(kwargs or {}))
+        return TORCH_DISPATCH[OTHER_OPS](func, args, kwargs or {})
 
     def __repr__(self, *, tensor_contents: Any = None) -> str:
         usages = [u for u in USAGES if self.has_usage(u)]

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
 
 import torch
 
-from ..distributed.fsdp import refuse_dtensor_input
+from .dtensor import refuse_dtensor_input
 
 if TYPE_CHECKING:
     from .quantized_tensor import QuantizedTensor
@@ -170,10 +170,8 @@ class Quantizer(abc.ABC):
         return dst
 
     def _high_precision_input(self, tensor: torch.Tensor) -> torch.Tensor:
-        from .quantized_tensor import QuantizedTensor
-
         refuse_dtensor_input(self, tensor)  # refops quantizes plain tensors (docs/distributed.md)
-        if isinstance(tensor, QuantizedTensor):
+        if _is_quantized_tensor(tensor):
             tensor = tensor.dequantize()
         if not isinstance(tensor, torch.Tensor) or tensor.dtype not in _SUPPORTED_INPUT_DTYPES:
             got = tensor.dtype if isinstance(tensor, torch.Tensor) else type(tensor).__name__
@@ -254,6 +252,12 @@ def quantizer_from_plain(
     quantizer = cls._from_config(dict(meta["config"]), tensors, device)
     quantizer.internal = bool(meta.get("internal", False))
     return quantizer
+
+
+def _is_quantized_tensor(tensor: Any) -> bool:
+    """Whether ``tensor`` is a refops ``QuantizedTensor``, told by the method every one has: the tensor class's
+    module imports this one, so this one does not import it."""
+    return isinstance(tensor, torch.Tensor) and callable(getattr(type(tensor), "_dequantize_impl", None))
 
 
 class _QuantizeFunc(torch.autograd.Function):

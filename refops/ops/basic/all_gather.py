@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...distributed.collectives import gather_along_first_dim, reduce_scatter_along_first_dim
+from ..collectives import reduce_scatter_along_first_dim
+from ..tensor_parallel_gather import gather_along_first_dim
 from .communication import CommunicationOperation
 
 __all__ = ["AllGather"]
@@ -14,7 +15,7 @@ class AllGather(CommunicationOperation):
     """``y = cat(x_0, ..., x_{W-1})`` along dim 0 over ``process_group`` (TE's ``te.ops.AllGather``).
 
     A quantized input is gathered in quantized form (data and scales, see
-    :mod:`refops.distributed.quantized_gather`); a plain one bit for bit.
+    :mod:`refops.ops.tensor_parallel_gather`); a plain one bit for bit.
     Backward: the gradient is dequantized, summed over the ranks and each rank
     keeps its own slice of dim 0 (reduce-scatter). With one rank both are the identity.
 

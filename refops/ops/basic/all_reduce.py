@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from ...distributed.collectives import all_reduce
+from ..collectives import all_reduce
 from .communication import CommunicationOperation
 
 __all__ = ["AllReduce"]

@@ -25,7 +25,7 @@ from typing import Any, Optional
 
 import torch
 
-from ...distributed.collectives import (
+from ..collectives import (
     all_gather_rows,
     all_reduce,
     check_process_group,
@@ -33,7 +33,7 @@ from ...distributed.collectives import (
     get_group_size,
     reduce_scatter_along_first_dim,
 )
-from ...distributed.quantized_gather import gather_quantized, shard_aligned
+from ..tensor_parallel_gather import gather_quantized, shard_aligned
 from ...quantization.float8 import _PerTensorQuantizer
 from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.quantizer import Quantizer

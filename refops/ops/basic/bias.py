@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from ...distributed.collectives import get_group_size
+from ..collectives import get_group_size
 from ...kernels import current_backend
 from ...quantization.quantized_tensor import QuantizedTensor
 from ...quantization.state import get_autocast_recipe

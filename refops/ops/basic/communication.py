@@ -6,7 +6,7 @@ from typing import Any, Optional
 
 import torch
 
-from ...distributed.collectives import check_same_shape_across_ranks, get_group_size
+from ..collectives import check_same_shape_across_ranks, get_group_size
 from ..op import BasicOperation, OperationContext
 
 __all__ = ["CommunicationOperation"]

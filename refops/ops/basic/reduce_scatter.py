@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ...distributed.collectives import gather_along_first_dim, reduce_scatter_along_first_dim
+from ..collectives import reduce_scatter_along_first_dim
+from ..tensor_parallel_gather import gather_along_first_dim
 from .communication import CommunicationOperation
 
 __all__ = ["ReduceScatter"]

@@ -21,7 +21,7 @@ from typing import Optional
 
 import torch
 
-from ...distributed.fsdp import is_dtensor
+from ...quantization.dtensor import is_dtensor
 from ...formats import E2M1_MAX
 from ...quantization import Float8Tensor, NVFP4Tensor, QuantizedTensor
 from ...quantization.quantizer import torch_fp8_dtype

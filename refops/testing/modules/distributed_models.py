@@ -31,8 +31,10 @@ from typing import Any, Callable, Iterator, Optional
 
 import torch
 
-from ...distributed.fsdp import is_dtensor, local_shard_of
+from ...ops.dtensor_parameters import local_shard_of
+from ...quantization.dtensor import is_dtensor
 from ...quantization.quantized_tensor import QuantizedTensor
+from ...sharding.fsdp2_all_gather import reduce_amax_over
 
 __all__ = ["assign_full_value", "deepcopy_sharing_groups", "full_value", "is_fsdp_sharded", "reduce_like_fsdp",
            "reduce_twin_grads_like", "reshard_after_no_grad_forward", "single_process_copy", "twin_source"]
@@ -58,8 +60,6 @@ def assign_full_value(target: torch.Tensor, values: torch.Tensor, *, what: str) 
     A quantized shard is re-quantized from its part of ``values``, its whole-tensor amax reduced over the
     shard group first (every rank then finds the scale one process would), and the amax it records put back.
     """
-    from ...quantization.fsdp_gather import reduce_amax_over
-
     local = target._local_tensor
     shard = local_shard_of(values.detach(), target, what=what)
     if tuple(shard.shape) != tuple(local.shape):

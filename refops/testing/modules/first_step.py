@@ -16,8 +16,8 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from ...distributed.fsdp import is_dtensor
 from ...layouts import columnwise_layout
+from ...quantization.dtensor import is_dtensor
 from ...quantization import Float8Tensor
 from ...quantization.quantized_tensor import QuantizedTensor
 from . import quantized_operands as operands

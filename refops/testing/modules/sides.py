@@ -13,7 +13,7 @@ from typing import Any, Callable, ContextManager, Optional, Sequence
 
 import torch
 
-from ...distributed.fsdp import is_dtensor
+from ...quantization.dtensor import is_dtensor
 from ...quantization.quantized_tensor import QuantizedTensor
 from .distributed_models import assign_full_value, deepcopy_sharing_groups, full_value, reshard_after_no_grad_forward
 

@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import refops as te
-from refops.distributed.fsdp import reset_parameter_owners
+from refops.sharding import reset_parameter_owners
 
 SEED = 1234
 DATA_SEED = 99
@@ -92,7 +92,7 @@ def shard(model: torch.nn.Module, world_size: int, *, children: bool) -> torch.n
 
 
 def reset_all(model: torch.nn.Module) -> None:
-    """``reset_parameters()`` once per parameter owner (refops.distributed.fsdp.reset_parameter_owners)."""
+    """``reset_parameters()`` once per parameter owner (refops.sharding.reset_parameter_owners)."""
     reset_parameter_owners(model)
 
 

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import refops
-from refops.distributed import collectives
+from refops.ops import collectives
 from refops.quantization import MXFP8Quantizer
 from refops.quantization.quantizer import DType
 from refops.testing import dtype_tols

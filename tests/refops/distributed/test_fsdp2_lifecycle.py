@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import refops as te
-from refops.distributed.fsdp import PER_OP_SHARDING_FIX
+from refops.sharding import PER_OP_SHARDING_FIX
 
 import _fsdp2_cases as C
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from refops.distributed.collectives import gather_along_first_dim
+from refops.ops.tensor_parallel_gather import gather_along_first_dim
 from refops.quantization import (
     Float8BlockQuantizer,
     Float8CurrentScalingQuantizer,

@@ -18,7 +18,7 @@ from refops.quantization.mxfp8 import MXFP8Quantizer
 from refops.quantization.nvfp4 import NVFP4Quantizer
 from refops.quantization.quantized_tensor import QuantizedTensor
 from refops.quantization.quantizer import DType
-from refops.quantization.row_layout import from_row_major, rows, to_row_major, zeros_like_rows
+from refops.sharding.row_major import from_row_major, rows, to_row_major, zeros_like_rows
 
 E4M3 = DType.kFloat8E4M3
 #: name -> (quantizer factory, input dtype, whether a shard quantized alone equals the cut of the whole)

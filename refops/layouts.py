@@ -44,6 +44,7 @@ __all__ = [
     "ceil_div",
     "round_up",
     "rows_cols",
+    "dim0_rows_cols",
     "columnwise_shape",
     "columnwise_layout",
     "rowwise_layout",
@@ -97,6 +98,15 @@ def rows_cols(shape: Shape) -> tuple[int, int]:
     """
     shape = tuple(shape)
     return math.prod(shape[:-1]), (shape[-1] if shape else 1)
+
+
+def dim0_rows_cols(shape: Shape) -> tuple[int, int]:
+    """``(rows, cols)`` of the view a dim-0 cut or gather works on: :func:`rows_cols`, except that a 1-D tensor
+    is a column (its elements are its rows, as a dim-0 gather concatenates them)."""
+    shape = tuple(shape)
+    if len(shape) == 1:
+        return shape[0], 1
+    return rows_cols(shape)
 
 
 def columnwise_shape(shape: Shape) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 import torch
 
-from ..kernels.reference.quant_float8 import columnwise_layout
+from ..layouts import columnwise_layout
 from ..quantization._dispatch import alias
 from ..quantization.float8 import Float8Tensor
 from ..quantization.quantized_tensor import TORCH_DISPATCH, QuantizedTensor

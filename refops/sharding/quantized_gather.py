@@ -23,7 +23,7 @@ import torch
 from ..ops.collectives import all_gather_rows, get_group_size
 from ..ops.tensor_parallel_gather import install_quantized_gather
 from ..quantization.quantized_tensor import QuantizedTensor
-from ._layout_arithmetic import rows_cols
+from ..layouts import dim0_rows_cols as rows_cols
 from .row_major import from_row_major, row_arrays, shared_arrays, to_row_major
 
 __all__ = ["GatherPlan", "gather_inputs", "first_disagreement", "assemble", "all_gather_quantized"]

@@ -37,7 +37,7 @@ import torch
 
 from ..ops.quantized_checkpoint import quantizer_scheme
 from ..quantization.quantized_tensor import TENSOR_CLASSES, USAGES, QuantizedTensor
-from ._layout_arithmetic import ceil_div
+from ..layouts import ceil_div
 from .row_major import block_rows, build_from_row_major, meta_of, shared_arrays, to_row_major, usages_of
 from .scheme_forms import SCHEME_FORMS
 

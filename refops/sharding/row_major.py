@@ -22,7 +22,8 @@ from typing import Any, Optional
 import torch
 
 from ..quantization.quantized_tensor import USAGES, QuantizedTensor
-from ._layout_arithmetic import ceil_div, rows_cols
+from ..layouts import ceil_div
+from ..layouts import dim0_rows_cols as rows_cols
 from .scheme_forms import SCHEME_FORMS, RowArray, SchemeForm
 
 __all__ = ["form_of", "usages_of", "meta_of", "row_arrays", "shared_arrays", "to_row_major", "from_row_major",

@@ -25,9 +25,9 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from ..kernels.reference.quant_float8 import columnwise_layout
+from ..layouts import columnwise_layout
 from ..quantization.quantized_tensor import QuantizedTensor
-from ._layout_arithmetic import ceil_div, padded, round_up, transposed
+from ..layouts import ceil_div, float8_block_scale_shape, mxfp8_scale_shape, nvfp4_scale_shape, zero_padded
 
 __all__ = ["RowArray", "SharedArray", "SchemeForm", "SCHEME_FORMS"]
 
@@ -92,7 +92,7 @@ class _Float8(SchemeForm):
         return {"fp8_scale_inv": SharedArray(torch.float32, (1,))}
 
     def to_rows(self, t, rows, cols):
-        data = t._data.reshape(rows, cols) if t._data is not None else transposed(t._transpose.reshape(cols, rows))
+        data = t._data.reshape(rows, cols) if t._data is not None else t._transpose.reshape(cols, rows).t().contiguous()
         return {"data": data}
 
     def from_rows(self, arrays, shape, rows, cols, meta, usages):
@@ -133,11 +133,11 @@ class _MXFP8(SchemeForm):
         out = _empty(("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"))
         if "rowwise_data" in arrays:
             out["rowwise_data"] = arrays["rowwise_data"].contiguous().reshape(shape)
-            out["rowwise_scale_inv"] = padded(arrays["rowwise_scale_inv"], (round_up(rows, 128), round_up(cols // 32, 4)))
+            out["rowwise_scale_inv"] = zero_padded(arrays["rowwise_scale_inv"], mxfp8_scale_shape((rows, cols)))
         if "columnwise_data" in arrays:
             out["columnwise_data"] = arrays["columnwise_data"].contiguous().reshape(shape)
-            out["columnwise_scale_inv"] = padded(arrays["columnwise_scale_inv"],
-                                                 (round_up(rows // 32, 4), round_up(cols, 128)))
+            out["columnwise_scale_inv"] = zero_padded(arrays["columnwise_scale_inv"],
+                                                 mxfp8_scale_shape((rows, cols), columnwise=True))
         return out
 
 
@@ -166,28 +166,29 @@ class _Float8Block(SchemeForm):
             if t._is_2D_scaled:  # (ceil(rows/128), ceil(cols/128)) tiles: rows of tiles
                 out["rowwise_scale_inv"] = t._rowwise_scale_inv[:row_tiles, :col_tiles]
             else:  # 1x128 blocks, stored (ceil(cols/128), rows): one column per row
-                out["rowwise_scale_inv"] = transposed(t._rowwise_scale_inv[:, :rows])
+                out["rowwise_scale_inv"] = t._rowwise_scale_inv[:, :rows].t().contiguous()
         if t._columnwise_data is not None:
-            out["columnwise_data"] = transposed(t._columnwise_data.reshape(cols, rows))
+            out["columnwise_data"] = t._columnwise_data.reshape(cols, rows).t().contiguous()
             if t._is_2D_scaled:  # stored (ceil(cols/128), ceil(rows/128))
-                out["columnwise_scale_inv"] = transposed(t._columnwise_scale_inv[:, :row_tiles])
+                out["columnwise_scale_inv"] = t._columnwise_scale_inv[:, :row_tiles].t().contiguous()
             else:  # 128x1 blocks along the rows, stored (ceil(rows/128), cols)
                 out["columnwise_scale_inv"] = t._columnwise_scale_inv[:, :cols]
         return out
 
     def from_rows(self, arrays, shape, rows, cols, meta, usages):
-        two_d, row_tiles, col_tiles = bool(meta["is_2D_scaled"]), ceil_div(rows, 128), ceil_div(cols, 128)
+        two_d = bool(meta["is_2D_scaled"])
+        dim = 2 if two_d else 1
         out = _empty(("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"))
         if "rowwise_data" in arrays:
             out["rowwise_data"] = arrays["rowwise_data"].contiguous().reshape(shape)
             scale = arrays["rowwise_scale_inv"]
-            out["rowwise_scale_inv"] = (padded(scale, (row_tiles, round_up(col_tiles, 4))) if two_d
-                                        else padded(transposed(scale), (col_tiles, round_up(rows, 4))))
+            padded_shape = float8_block_scale_shape((rows, cols), block_scaling_dim=dim)
+            out["rowwise_scale_inv"] = zero_padded(scale if two_d else scale.t().contiguous(), padded_shape)
         if "columnwise_data" in arrays:
-            out["columnwise_data"] = transposed(arrays["columnwise_data"]).reshape(cols, *shape[:-1])
+            out["columnwise_data"] = arrays["columnwise_data"].t().contiguous().reshape(cols, *shape[:-1])
             scale = arrays["columnwise_scale_inv"]
-            out["columnwise_scale_inv"] = (padded(transposed(scale), (col_tiles, round_up(row_tiles, 4))) if two_d
-                                           else padded(scale, (row_tiles, round_up(cols, 4))))
+            padded_shape = float8_block_scale_shape((rows, cols), columnwise=True, block_scaling_dim=dim)
+            out["columnwise_scale_inv"] = zero_padded(scale.t().contiguous() if two_d else scale, padded_shape)
         return out
 
 
@@ -226,21 +227,21 @@ class _NVFP4(SchemeForm):
             if t._row_scaled_nvfp4:
                 out["amax_rowwise"] = t._amax_rowwise
         if t._columnwise_data is not None:
-            out["columnwise_data"] = transposed(t._columnwise_data)  # stored (cols, rows/2): 2 rows a byte
-            out["columnwise_scale_inv"] = transposed(t._columnwise_scale_inv[:cols, : rows // 16])
+            out["columnwise_data"] = t._columnwise_data.t().contiguous()  # stored (cols, rows/2): 2 rows a byte
+            out["columnwise_scale_inv"] = t._columnwise_scale_inv[:cols, : rows // 16].t().contiguous()
         return out
 
     def from_rows(self, arrays, shape, rows, cols, meta, usages):
         out = _empty(("rowwise_data", "rowwise_scale_inv", "columnwise_data", "columnwise_scale_inv"))
         if "rowwise_data" in arrays:
             out["rowwise_data"] = arrays["rowwise_data"].contiguous().reshape(*shape[:-1], cols // 2)
-            out["rowwise_scale_inv"] = padded(arrays["rowwise_scale_inv"], (round_up(rows, 128), round_up(cols // 16, 4)))
+            out["rowwise_scale_inv"] = zero_padded(arrays["rowwise_scale_inv"], nvfp4_scale_shape((rows, cols)))
             if "amax_rowwise" in arrays:
                 out["amax_rowwise"] = arrays["amax_rowwise"].contiguous()
         if "columnwise_data" in arrays:
-            out["columnwise_data"] = transposed(arrays["columnwise_data"])
-            out["columnwise_scale_inv"] = padded(transposed(arrays["columnwise_scale_inv"]),
-                                                 (round_up(cols, 128), round_up(rows // 16, 4)))
+            out["columnwise_data"] = arrays["columnwise_data"].t().contiguous()
+            out["columnwise_scale_inv"] = zero_padded(arrays["columnwise_scale_inv"].t().contiguous(),
+                                                 nvfp4_scale_shape((rows, cols), columnwise=True))
         return out
 
     def cut_refusal(self, t):

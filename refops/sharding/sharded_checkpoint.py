@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..layouts import ceil_div
 from ..ops.dtensor_parameters import local_shard_of
 from ..quantization.dtensor import is_dtensor
 from ..quantization.quantized_tensor import QuantizedTensor
@@ -64,10 +65,10 @@ def _block_layout(param: Any, *, what: str) -> tuple[torch.Size, int, int]:
     _check_placements(param, what=what)
     local = param._local_tensor
     g = block_rows(local, what=what)
-    blocks_shape = torch.Size((-(-param.shape[0] // g), row_block_width(local, what=what)))
+    blocks_shape = torch.Size((ceil_div(param.shape[0], g), row_block_width(local, what=what)))
     rows, row_offset = _local_rows(param)
     sizes, offsets = compute_local_shape_and_global_offset(blocks_shape, param.device_mesh, param.placements)
-    if row_offset % g or offsets[0] * g != row_offset or sizes[0] != -(-rows // g):
+    if row_offset % g or offsets[0] * g != row_offset or sizes[0] != ceil_div(rows, g):
         raise NotImplementedError(
             f"{what}: this rank holds rows [{row_offset}, {row_offset + rows}) of the weight, which do not "
             f"map to whole {g}-row blocks as the checkpoint shards them; choose sizes whose shards are multiples of "

@@ -157,13 +157,8 @@ def test_the_swizzle_works_on_whole_scale_tiles_and_inverts():
 #: The helpers refops.layouts owns: a function of one of these names anywhere else restates it.
 LAYOUT_HELPERS = {"_round_up", "round_up", "_ceil_div", "ceil_div", "_rows_cols", "rows_cols", "columnwise_layout",
                   "columnwise_shape", "rowwise_layout", "_padded", "zero_padded"}
-#: Restatements left in the sharding layer's files, which #36's sharding work rewrites in parallel: the lead
-#: empties this list when they import refops.layouts (path -> helper names still defined there).
-NOT_YET_MOVED = {
-    "refops/quantization/row_layout.py": {"_ceil_div", "_round_up", "_padded"},
-    "refops/quantization/row_blocks.py": {"_ceil_div"},
-    "refops/distributed/quantized_gather.py": {"_rows_cols", "_round_up", "_padded"},
-}
+#: Restatements allowed outside refops.layouts (path -> helper names): none, and it should stay so.
+NOT_YET_MOVED: dict[str, set[str]] = {}
 
 
 def test_no_module_outside_refops_layouts_defines_a_layout_helper():

@@ -39,7 +39,7 @@ from .graphs import make_graphed_callables
 from .trace import trace
 from . import sharding  # noqa: E402  (fills the hooks the layers below dispatch through)
 
-__version__ = "0.1.0"
+from .version import __version__  # noqa: E402
 
 __all__ = [
     "DType",

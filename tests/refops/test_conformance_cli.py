@@ -74,7 +74,7 @@ def test_without_te_it_says_how_to_install_it(monkeypatch, capsys):
 
 def test_gemm_numerics_without_refops_gemm_numerics_is_refused(monkeypatch, capsys):
     install_refops_as_te(monkeypatch)
-    monkeypatch.delattr(refops, "gemm_numerics", raising=False)
+    monkeypatch.delattr(refops.kernels, "gemm_numerics", raising=False)
     assert _run("--gemm-numerics", "hopper") == 2
     assert "--gemm-numerics needs refops.gemm_numerics(name)" in capsys.readouterr().err
 
@@ -251,7 +251,7 @@ def test_gemm_numerics_wraps_the_reference_only_and_reports_bit_identical_shares
         def __exit__(self, *exc):
             return None
 
-    monkeypatch.setattr(refops, "gemm_numerics", gemm_numerics, raising=False)
+    monkeypatch.setattr(refops.kernels, "gemm_numerics", gemm_numerics, raising=False)
     assert _run("--tiers", "modules", "--recipes", "fp8_current_scaling", "--dtypes", "bfloat16",
                 "--pipelines", "linear", "--gemm-numerics", "hopper") == 0
     out = capsys.readouterr().out

@@ -9,8 +9,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
-import refops
 
+from ... import kernels
 from ...recipe import (
     DelayedScaling,
     Float8BlockScaling,
@@ -129,8 +129,8 @@ def unsupported_reason(setup: Setup, recipe: str) -> str:
 
 
 def gemm_numerics_function() -> Callable[[str], Any]:
-    """``refops.gemm_numerics``, looked up when asked for (it may not exist in this refops)."""
-    function = getattr(refops, "gemm_numerics", None)
+    """``refops.gemm_numerics`` (``refops.kernels``'), looked up when asked for (it may not exist in this refops)."""
+    function = getattr(kernels, "gemm_numerics", None)
     if function is None:
         raise ConformanceError(
             "--gemm-numerics needs refops.gemm_numerics(name) (the GEMM numerics modes, 'exact' and 'hopper'), "

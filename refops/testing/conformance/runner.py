@@ -17,8 +17,8 @@ from typing import Optional, Sequence, Union
 
 import torch
 
-import refops
 
+from ...version import __version__
 from ..recipes import RECIPE_NAMES, TEST_RECIPES_NOTE, recipe_settings
 from ..transformer_engine import LIFECYCLE_OPS, PIPELINES, TransformerEngine, TransformerEngineUnavailable, import_te
 from .record import ConformanceRecord, NotRun, TierTable
@@ -196,7 +196,7 @@ def _environment(te_version: str, device: torch.device, info: DeviceInfo, setup:
         "TransformerEngine": te_version,
         "GPU": f"{info.name} (compute capability {cc}), {device}",
         "torch": f"{torch.__version__}{cuda}",
-        "refops": f"{refops.__version__} ({commit()})",
+        "refops": f"{__version__} ({commit()})",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "reference GEMM numerics": (f"refops.gemm_numerics({setup.gemm_numerics!r})" if setup.gemm_numerics
                                     else "refops' default (--gemm-numerics not given)"),
@@ -213,7 +213,7 @@ def commit() -> str:
     tree's own, as on a remote GPU machine, would name a wrong one), or "commit unknown" outside one."""
     if os.environ.get("REFOPS_COMMIT"):
         return f"commit {os.environ['REFOPS_COMMIT']}"
-    root = pathlib.Path(refops.__file__).resolve().parents[1]
+    root = pathlib.Path(__file__).resolve().parents[3]  # refops/testing/conformance/ -> the checkout
     try:
         done = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10)

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TARGET = "tests/refops/test_checkpoint.py"
+TARGET = "tests/refops/ops/test_checkpoint.py"
 
 
 def collect(shard: str | None) -> subprocess.CompletedProcess:

@@ -73,7 +73,7 @@ step tests env PYTHONPATH="$HERE" timeout 140 python3 -m pytest $F/test_gemm_blo
     -k "not test_quantize_differential or float8 and not block or amax or compute_scale" \
     -q -n 8 -p no:cacheprovider --tb=short -ra > "$OUT/tests.log" 2>&1
 step tests-refops env PYTHONPATH="$HERE" timeout 100 python3 -m pytest $R/quantization/test_delayed_update_no_sync.py \
-    $R/quantization/test_current_scaling_rebinds.py $R/test_gemm_bias.py $R/test_fused_ops.py $R/test_fused_precision.py \
+    $R/quantization/test_current_scaling_rebinds.py $R/kernels/test_gemm_bias.py $R/ops/test_fused_ops.py $R/ops/test_fused_precision.py \
     --device cuda -q -n 4 -p no:cacheprovider --tb=short -ra >> "$OUT/tests.log" 2>&1
 tail -3 "$OUT/tests.log"
 cat "$OUT/after/vs_te.md" 2>/dev/null

@@ -4,10 +4,10 @@ The kernel interface's ``gemm`` takes plain tensors or quantized operands. A qua
 (``refops.quantization``) describes itself to the GEMM through ``gemm_operand(usage)``, which
 returns this frozen record: plain arrays (the bytes, the scale inverses, the exact fp32 values)
 and the names of their format and layout. A backend's GEMM reads nothing else of the tensor
-(``tests/refops/test_gemm_operand.py`` checks the arrays for every recipe and usage, and that the
+(``tests/refops/kernels/test_gemm_operand.py`` checks the arrays for every recipe and usage, and that the
 fast path touches no private attribute of a quantized tensor). ``refops.kernels`` therefore never
 imports ``refops.quantization``; the quantization package is built on top of the kernels, not the
-other way round (``tests/refops/test_gemm_numerics.py`` checks it in a fresh interpreter).
+other way round (``tests/refops/kernels/test_gemm_numerics.py`` checks it in a fresh interpreter).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import pathlib
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+REPO = pathlib.Path(__file__).resolve().parents[4]
 
 
 def _script():

@@ -325,7 +325,7 @@ def _repro_script():
     import importlib.util
     import pathlib
 
-    path = pathlib.Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "te_lifecycle_repros.py"
+    path = pathlib.Path(__file__).resolve().parents[3] / "benchmarks" / "gpu" / "te_lifecycle_repros.py"
     spec = importlib.util.spec_from_file_location("te_lifecycle_repros", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there

@@ -196,4 +196,4 @@ def test_the_fast_path_does_not_import_refops_quantization():
 
 
 def test_the_module_cites_this_test():
-    assert "tests/refops/test_gemm_operand.py" in refops.kernels.gemm_operand.__doc__
+    assert "tests/refops/kernels/test_gemm_operand.py" in refops.kernels.gemm_operand.__doc__

@@ -12,7 +12,7 @@ forward one-shot function indexed a one-op list (``IndexError``), the joint one 
 ``SiLU(x W^T)`` in place of ``x W^T + b`` (wrong outputs). Why only on CUDA: on the CPU those three
 tests passed, so each consumed its own function.
 
-The fix is the default device (``refops.ops.placement``, ``tests/refops/test_default_device.py``):
+The fix is the default device (``refops.ops.placement``, ``tests/refops/ops/test_default_device.py``):
 an op built without a device is on the current CUDA device, as under TE, so the three tests run
 and consume their functions. ``benchmarks/gpu/te_tests_on_refops.py --isolate-fusion-registry``
 also keeps one failing test from arming a fusion for the next (``test_state_leak_harness.py``).

@@ -19,7 +19,7 @@ import textwrap
 import pytest
 import torch
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[4]
 SCRIPT = ROOT / "benchmarks" / "gpu" / "te_tests_on_refops.py"
 
 

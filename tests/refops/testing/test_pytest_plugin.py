@@ -123,7 +123,7 @@ def test_the_docs_and_the_docstring_state_the_rule_and_the_alternatives():
 
     import refops.testing.pytest_plugin as plugin
 
-    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "oracle.md").read_text()
+    page = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "oracle.md").read_text()
     for text in (plugin.__doc__, page):
         assert "non-top-level conftest" in text and "top-level" in text
         assert "-p refops.testing.pytest_plugin" in text and "addopts" in text

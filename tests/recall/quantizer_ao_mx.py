@@ -22,29 +22,15 @@ from refops.quantization import NVFP4Quantizer
 from refops.testing import check_quantizer
 
 from .cases import RecallCase
-from .quantizer_mxfp8 import _block_exponents, _pow2
+from .quantizer_mxfp8 import mxfp8_quantize
 from .quantizer_nvfp4 import nvfp4_quantize
 
 
 def mx_cast(x: torch.Tensor, quantizer: Any, rcp_of_zero_exponent_is_one: bool = False
             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(E4M3 data, E8M0 scale bytes)`` in TE's unpadded layout for the orientation asked."""
-    rows = x.float().reshape(-1, x.shape[-1])
-    m, k = rows.shape
-    if m % 32 or k % 32:
-        raise ValueError(f"MXFP8 needs both dims divisible by 32, got {tuple(rows.shape)}")
-    columnwise = quantizer.columnwise_usage
-    blocks = rows.t().reshape(k, m // 32, 32) if columnwise else rows.reshape(m, k // 32, 32)
-    magnitudes = blocks.abs()
-    amax = torch.where(torch.isnan(magnitudes), 0.0, magnitudes).amax(-1)
-    exponent = _block_exponents(amax, None)
-    multiplier = _pow2(254 - exponent)  # 2^(127 - e): exact, 2^127 for e = 0
-    if rcp_of_zero_exponent_is_one:  # exp2f_rcp: (biased_exp == 0) ? 1 : ... (the bug)
-        multiplier = torch.where(exponent == 0, 1.0, multiplier)
-    data = (blocks * multiplier.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
-    if columnwise:  # column-wise data keeps the (M, K) layout; its scales are (M/32, K)
-        return data.reshape(k, m).t().contiguous().reshape(x.shape), exponent.t().contiguous().to(torch.uint8)
-    return data.reshape(x.shape), exponent.to(torch.uint8)
+    """``(E4M3 data, E8M0 scale bytes)`` in TE's unpadded layout for the orientation asked: the corpus's MXFP8
+    quantizer, with the reciprocal defect of pytorch/ao#4117 when asked."""
+    return mxfp8_quantize(x, quantizer, "rcp_of_zero_exponent_is_one" if rcp_of_zero_exponent_is_one else None)
 
 
 def nvfp4_packed(x: torch.Tensor, quantizer: Any, first_in_high_nibble: bool

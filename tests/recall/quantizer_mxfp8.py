@@ -58,8 +58,10 @@ def mxfp8_quantize(x: torch.Tensor, quantizer: Any, defect: Optional[str] = None
     magnitudes = blocks.abs()
     amax = torch.where(torch.isnan(magnitudes), 0.0, magnitudes).amax(-1)
     exponent = _block_exponents(amax, defect)
-    scaled = blocks * _pow2(254 - exponent).unsqueeze(-1)  # the multiplier 2^(127-e), exact
-    data = scaled.clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    multiplier = _pow2(254 - exponent)  # 2^(127 - e): exact, 2^127 for e = 0
+    if defect == "rcp_of_zero_exponent_is_one":  # torchao #4117: exp2f_rcp's (biased_exp == 0) ? 1 : ...
+        multiplier = torch.where(exponent == 0, 1.0, multiplier)
+    data = (blocks * multiplier.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
     if columnwise:  # column-wise data keeps the (M, K) layout; its scales are (M/32, K)
         return data.reshape(k, m).t().contiguous().reshape(x.shape), exponent.t().contiguous().to(torch.uint8)
     return data.reshape(x.shape), exponent.to(torch.uint8)

@@ -39,9 +39,12 @@ def _global_scales(amax: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return s_enc, torch.reciprocal(s_enc)
 
 
-def nvfp4_quantize(x: torch.Tensor, quantizer: Any, decode_factor_for_encode: bool
-                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(one E2M1 code a byte, E4M3 block-scale bytes, amax)``; column-wise is the transpose, blocked along M."""
+def nvfp4_quantize(x: torch.Tensor, quantizer: Any, decode_factor_for_encode: bool, *,
+                   encode_by_division: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(one E2M1 code a byte, E4M3 block-scale bytes, amax)``; column-wise is the transpose, blocked along M.
+
+    The block's encode factor is ``min(RN(1 / RN(s_b * S_dec)), FLT_MAX)``; ``encode_by_division`` is TE #2639's
+    tuned kernel for bf16 inputs, ``min(RN(S_enc / s_b), FLT_MAX)``: equal on paper, one ulp apart in fp32."""
     rows = x.float().reshape(-1, x.shape[-1])
     if quantizer.columnwise_usage:
         rows = rows.t()
@@ -55,7 +58,10 @@ def nvfp4_quantize(x: torch.Tensor, quantizer: Any, decode_factor_for_encode: bo
     block_amax = torch.where(torch.isnan(blocks.abs()), 0.0, blocks.abs()).amax(-1, keepdim=True)
     per_block = (s_dec if decode_factor_for_encode else s_enc) * _SIXTH
     block_scale = (block_amax * per_block).clamp(max=448.0).to(torch.float8_e4m3fn)
-    encode = torch.reciprocal(block_scale.float() * s_dec).clamp(max=FLT_MAX)
+    if encode_by_division and x.dtype == torch.bfloat16:  # the tuned kernel ran for bf16 inputs only
+        encode = (s_enc / block_scale.float()).clamp(max=FLT_MAX)
+    else:
+        encode = torch.reciprocal(block_scale.float() * s_dec).clamp(max=FLT_MAX)
     codes = _e2m1_codes(blocks * encode).reshape(m, k)
     return codes, block_scale.squeeze(-1).view(torch.uint8), amax
 

@@ -16,7 +16,7 @@ from refops.testing import check_quantizer
 
 from .cases import RecallCase
 from .quantizer_mxfp8 import mxfp8_quantize
-from .quantizer_nvfp4 import _SIXTH, FLT_MAX, _e2m1_codes, _global_scales
+from .quantizer_nvfp4 import nvfp4_quantize
 
 
 # ------------------------------------------------------------------ TE #534: calibration's amax
@@ -55,30 +55,8 @@ def _recorded_amaxes_differ() -> bool:
 # ------------------------------------------------------------------ TE #2639: NVFP4 tuned kernel
 def nvfp4_tuned_quantize(x: torch.Tensor, quantizer: Any, encode_by_division: bool
                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """NVFP4 1D (no RHT): ``(one E2M1 code a byte, E4M3 block-scale bytes, amax)``.
-
-    The block's encode factor is ``min(RN(1 / RN(s_b * S_dec)), FLT_MAX)``. TE's tuned 1D kernel for
-    bf16 inputs computed it as ``min(RN(S_enc / s_b), FLT_MAX)``, equal on paper and one ulp apart in
-    fp32, so some codes land on the other side of a rounding boundary (fix: the reference's order).
-    """
-    rows = x.float().reshape(-1, x.shape[-1])
-    if quantizer.columnwise_usage:
-        rows = rows.t()
-    m, k = rows.shape
-    if k % 16:
-        raise ValueError(f"NVFP4 needs the blocked dim divisible by 16, got {k}")
-    magnitudes = rows.abs()
-    amax = torch.where(torch.isnan(magnitudes), 0.0, magnitudes).amax().reshape(1)
-    s_enc, s_dec = _global_scales(amax)
-    blocks = rows.reshape(m, k // 16, 16)
-    block_amax = torch.where(torch.isnan(blocks.abs()), 0.0, blocks.abs()).amax(-1, keepdim=True)
-    block_scale = (block_amax * (s_enc * _SIXTH)).clamp(max=448.0).to(torch.float8_e4m3fn)
-    if encode_by_division and x.dtype == torch.bfloat16:  # the tuned kernel ran for bf16 inputs only
-        encode = (s_enc / block_scale.float()).clamp(max=FLT_MAX)
-    else:
-        encode = torch.reciprocal(block_scale.float() * s_dec).clamp(max=FLT_MAX)
-    codes = _e2m1_codes(blocks * encode).reshape(m, k)
-    return codes, block_scale.squeeze(-1).view(torch.uint8), amax
+    """NVFP4 1D (no RHT), the corpus's quantizer; ``encode_by_division`` is TE's tuned kernel before the fix."""
+    return nvfp4_quantize(x, quantizer, False, encode_by_division=encode_by_division)
 
 
 def _check_nvfp4(encode_by_division: bool) -> Any:

@@ -49,8 +49,10 @@ class _GlobalState:
     parameters_enabled: bool = False
     parameters_recipe: Any = None
     high_precision_init_val: bool = False
-    # Delayed-scaling states (forward, backward) of the ops that ran under autocast since that mode's last
-    # update, in first-use order. Only these are updated: the set is what the program ran, the same on
+    # Delayed-scaling states of the ops that ran under autocast, in first-use order: the forward ones since
+    # the last forward update; the backward ones of the current outermost autocast (each autocast gets its
+    # own set, which its first module's backward updates: interleaved microbatches F1 F2 B1 B2 update at B1
+    # and at B2, one history row each). Only these are updated: the set is what the program ran, the same on
     # every rank, whatever the garbage collector has freed (with amax reduction each state's update is a
     # collective, so two ranks must visit the same states in the same order). Held strongly until their
     # update, so no collection can change the set in between.
@@ -115,9 +117,11 @@ def claim_first_module() -> bool:
     return True
 
 
-def _update_delayed_states(mode: str, group: Any) -> None:
-    """Update the ``mode`` states in use, in first-use order, and start a new set."""
-    in_use = _STATE.forward_states if mode == "forward" else _STATE.backward_states
+def _update_delayed_states(mode: str, group: Any, in_use: Optional[dict] = None) -> None:
+    """Update the ``mode`` states in use (``in_use``: the backward set of one autocast), in first-use order, and
+    empty that set."""
+    if in_use is None:
+        in_use = _STATE.forward_states if mode == "forward" else _STATE.backward_states
     states = list(in_use)
     in_use.clear()
     for state in states:
@@ -127,9 +131,10 @@ def _update_delayed_states(mode: str, group: Any) -> None:
 
 
 def backward_update_callback() -> Callable[[], None]:
-    """What the first module's backward runs at its end (captures the current reduction group)."""
-    group = _STATE.amax_reduction_group
-    return lambda: _update_delayed_states("backward", group)
+    """What the first module's backward runs at its end: the backward update of the states its autocast
+    registered (captured now, with the current reduction group), whatever autocasts ran forward since."""
+    group, in_use = _STATE.amax_reduction_group, _STATE.backward_states
+    return lambda: _update_delayed_states("backward", group, in_use)
 
 
 class autocast:
@@ -163,6 +168,7 @@ class autocast:
         self._saved = (s.enabled, s.calibrating, s.recipe, s.amax_reduction_group, s.first_module_claimed)
         if s.depth == 0:
             s.first_module_claimed = False
+            s.backward_states = {}  # this autocast's own backward set (the one before is its backward's)
         s.enabled, s.calibrating = self.enabled, self.calibrating
         s.recipe = self.recipe if self.enabled else None
         s.amax_reduction_group = self.amax_reduction_group

@@ -11,7 +11,9 @@ step of the script, from the same generator state, and compares it with the cand
 * ``"dy x 2^3"``: under a recipe whose scales follow the tensor (none, per-tensor current scaling, MXFP8, FP8
   blocks), an output grad scaled by a power of two scales every grad by exactly that power with the same
   codes (elements that are subnormal in their dtype excepted); a grad cast with a scale that is not its own
-  breaks it.
+  breaks it. Not in float16: its normal range starts at 2^-14, so the backward's intermediate grads (a GELU's
+  dgrad, say) are subnormal in one run and normal in the other, and a correct candidate's final grads differ
+  in their last bit (TransformerEngine 2.20.2's Linear-GELU-Linear, 1 element in 16384, on an H100).
 """
 
 from __future__ import annotations
@@ -51,10 +53,13 @@ def run_metamorphic(snapshot: Optional[torch.nn.Module], context: Callable[[], C
         return [], ["the candidate could not be deep-copied, so no metamorphic check ran"]
     not_run = []
     checks: dict[str, tuple[list[Any], float]] = {"same inputs twice": (list(inputs), 1.0)}
-    if _scales_follow_the_tensor(recipe):
-        checks["dy x 2^3"] = (list(inputs), 2.0 ** GRAD_POWER)
-    else:
+    if not _scales_follow_the_tensor(recipe):
         not_run.append(f"dy x 2^3: {type(recipe).__name__}'s scales do not follow the tensor alone")
+    elif dy.dtype == torch.float16:
+        not_run.append("dy x 2^3: in float16 the backward's intermediate grads leave the normal range (from 2^-14) "
+                       "when scaled, so exact scaling is not a property of correct code")
+    else:
+        checks["dy x 2^3"] = (list(inputs), 2.0 ** GRAD_POWER)
     out = []
     for check, (xs, factor) in checks.items():
         try:

@@ -86,11 +86,18 @@ def non_contiguous(x: Any) -> Any:
     return x
 
 
+#: How far into its storage the "storage offset" layout starts a tensor: 512 bytes, the CUDA allocator's block
+#: alignment, so the slice is as aligned as a fresh tensor and a kernel that needs aligned pointers is held only
+#: to honouring the offset (``docs/oracle.md#compare_modules-a-candidate-against-the-reference``).
+STORAGE_OFFSET_BYTES = 512
+
+
 def with_storage_offset(x: Any) -> Any:
-    """The same values starting three elements into their storage."""
+    """The same values starting 512 bytes into their storage (as aligned as a fresh allocation)."""
     if _floating(x) and x.numel():
-        backing = torch.zeros(x.numel() + 3, dtype=x.dtype, device=x.device)
-        return backing[3:].view(x.shape).copy_(x)
+        offset = STORAGE_OFFSET_BYTES // x.element_size()
+        backing = torch.zeros(x.numel() + offset, dtype=x.dtype, device=x.device)
+        return backing[offset:].view(x.shape).copy_(x)
     return x
 
 

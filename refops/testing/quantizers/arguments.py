@@ -15,7 +15,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from .cases import CASES, QuantizerCase
-from .input_layouts import LAYOUTS
+from .input_layouts import LAYOUTS, OPTIONAL_LAYOUTS
 
 __all__ = ["OUTPUTS", "DTYPES", "USAGES", "LAYOUTS", "check_candidate", "check_usages", "check_dtypes",
            "check_layouts", "select_cases", "planned_runs"]
@@ -63,13 +63,14 @@ def check_usages(usages: Any) -> list[str]:
 
 
 def check_layouts(layouts: Any) -> list[str]:
-    """A list of layouts among :data:`LAYOUTS` besides contiguous (repeats dropped, order kept). Empty is allowed:
-    every case still runs on its contiguous input."""
+    """A list of layouts among :data:`LAYOUTS` and ``OPTIONAL_LAYOUTS`` besides contiguous (repeats dropped, order
+    kept). Empty is allowed: every case still runs on its contiguous input."""
     given = _as_list(layouts, "layouts", "layout names", repr(layouts) if isinstance(layouts, str) else "'expanded'")
-    unknown = [layout for layout in given if layout not in LAYOUTS]
+    unknown = [layout for layout in given if layout not in LAYOUTS + OPTIONAL_LAYOUTS]
     if unknown:
         contiguous = " (contiguous runs always; leave it out)" if "contiguous" in unknown else ""
-        raise ValueError(f"check_quantizer: unknown layouts {unknown}; layouts are {LAYOUTS}{contiguous}")
+        raise ValueError(f"check_quantizer: unknown layouts {unknown}; layouts are {LAYOUTS + OPTIONAL_LAYOUTS}"
+                         f"{contiguous}")
     return list(dict.fromkeys(given))
 
 

@@ -289,8 +289,8 @@ def _shaped(shape: tuple[int, ...], scale: float = 1.0):
 
 INF, NAN = math.inf, math.nan
 
-#: Given in the non-contiguous and storage-offset layouts too.
-STRIDED = ("non-contiguous", "storage offset")
+#: Given in the non-contiguous and storage-offset layouts too (the unaligned one when asked for).
+STRIDED = ("non-contiguous", "storage offset", "unaligned storage offset")
 
 #: Every case, in report order.
 CASES: tuple[QuantizerCase, ...] = (

@@ -131,7 +131,8 @@ def check_quantizer(
         usages: the orientations, some of "rowwise" and "columnwise" (default: both).
         cases: only these case names (default: every case of :data:`~refops.testing.quantizers.cases.CASES`).
         layouts: the input layouts besides contiguous, some of "non-contiguous", "storage offset" and
-            "expanded" (default: all three; ``[]``: contiguous inputs only). They run on the cases that
+            "expanded" (default: all three; ``[]``: contiguous inputs only), and "unaligned storage offset",
+            which runs only when named (a slice whose address is not 16-byte aligned). They run on the cases that
             declare them (:attr:`~refops.testing.quantizers.cases.QuantizerCase.layouts`: normal, ties,
             partial_blocks, three_dims and broadcast_row; expanded on broadcast_row only), compared
             with the reference's result on the contiguous input; ``report[case, dtype, usage, layout]``.

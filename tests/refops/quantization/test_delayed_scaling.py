@@ -171,3 +171,24 @@ def test_recipe_state_checkpoint_round_trip(device):
     x = torch.randn(4, 8, device=device)
     with te.autocast(recipe=recipe):
         assert torch.equal(op(x), restored(x))
+
+
+def test_interleaved_microbatches_give_each_backward_its_own_history_row(device):
+    """F1 F2 B1 B2, each forward in its own autocast (TE's pipeline-parallel schedule): the backward slots update
+    at the end of B1 and of B2, one history row each, as TE's do; B2's amax is not merged into the next step's."""
+    recipe = DelayedScaling(fp8_format=Format.HYBRID, amax_history_len=4)
+    op = te.ops.BasicLinear(16, 8, device=device)
+    x1, x2 = (torch.randn(4, 16, device=device, requires_grad=True) for _ in range(2))
+    dy1, dy2 = torch.randn(4, 8, device=device), torch.randn(4, 8, device=device) * 8
+    with te.autocast(recipe=recipe):
+        y1 = op(x1)
+    with te.autocast(recipe=recipe):
+        y2 = op(x2)
+    y1.backward(dy1)
+    state = op._recipe_states["backward"]
+    assert state.amax_history[-1, 0].item() == _amax(dy1)  # B1 rolled its own row
+    assert state.scale[0].item() == _scale(E5M2_MAX, 0, _amax(dy1))
+    y2.backward(dy2)
+    assert state.amax_history[-2:, 0].tolist() == [_amax(dy1), _amax(dy2)]  # and B2 its own
+    assert state.amax_history[0, 0].item() == 0  # nothing left over for the next step
+    assert state.scale[0].item() == _scale(E5M2_MAX, 0, max(_amax(dy1), _amax(dy2)))

@@ -11,7 +11,7 @@ import torch
 import refops as te
 from refops.testing import RECIPE_NAMES, check_quantizer, make_recipe
 from refops.testing.quantizers.cases import CASES
-from refops.testing.quantizers.input_layouts import LAYOUTS, STORAGE_OFFSET, present
+from refops.testing.quantizers.input_layouts import LAYOUTS, STORAGE_OFFSET_BYTES, UNALIGNED_OFFSET, present
 
 CS = te.recipe.Float8CurrentScaling()
 LAYOUT_CASES = [c.name for c in CASES if c.layouts]
@@ -66,7 +66,8 @@ def test_an_input_read_without_its_storage_offset_is_caught_in_the_storage_offse
     run = report["normal", "bfloat16", "columnwise", "storage offset"]
     assert run.status == "differs" and run.code_mismatches > 0
     assert report["normal", "bfloat16", "columnwise"].status == "ok"
-    assert f"storage offset (a slice behind {STORAGE_OFFSET} NaN) on normal, ties" in "\n".join(report.compared)
+    assert (f"storage offset (a slice behind {STORAGE_OFFSET_BYTES} bytes of NaN, aligned) on normal, ties"
+            in "\n".join(report.compared))
 
 
 def test_an_expanded_input_that_breaks_the_kernel_is_caught_with_the_error():
@@ -137,9 +138,29 @@ def test_the_presented_inputs_hold_the_values_in_their_layout():
     strided = present(x, "non-contiguous")
     assert not strided.is_contiguous() and torch.equal(strided, x)
     offset = present(x, "storage offset")
-    assert offset.storage_offset() == STORAGE_OFFSET and offset.is_contiguous() and torch.equal(offset, x)
+    assert offset.storage_offset() * 4 == STORAGE_OFFSET_BYTES and offset.is_contiguous() and torch.equal(offset, x)
+    assert present(x.half(), "storage offset").storage_offset() * 2 == STORAGE_OFFSET_BYTES
+    unaligned = present(x, "unaligned storage offset")
+    assert unaligned.storage_offset() == UNALIGNED_OFFSET and torch.equal(unaligned, x)
+    assert (UNALIGNED_OFFSET * 4) % 16 and (UNALIGNED_OFFSET * 2) % 16  # not 16-byte aligned in any input dtype
     row = x[:1, :1].expand(6, 5, 4).contiguous()
     expanded = present(row, "expanded")
     assert expanded.stride()[:2] == (0, 0) and torch.equal(expanded, row)
     with pytest.raises(ValueError, match="an expanded layout needs equal rows"):
         present(x, "expanded")
+
+
+def test_the_unaligned_storage_offset_runs_only_when_asked_and_catches_a_kernel_that_rounds_the_pointer_down():
+    def rounds_the_pointer_down(x, quantizer):
+        # The bug: a vectorized kernel that aligns its first load to 16 bytes reads from before the slice.
+        if x.storage_offset() % (16 // x.element_size()):
+            start = x.storage_offset() - x.storage_offset() % (16 // x.element_size())
+            x = torch.as_strided(x, x.shape, x.stride(), start)
+        return quantizer(x)
+
+    default = check_quantizer(rounds_the_pointer_down, CS, cases=["normal"])
+    default.assert_ok()  # the aligned offset is read right
+    assert "unaligned storage offset" not in {r.layout for r in default.runs}
+    asked = check_quantizer(rounds_the_pointer_down, CS, cases=["normal"], layouts=["unaligned storage offset"])
+    assert {layout for _, layout in _failing(asked)} == {"unaligned storage offset"}
+    assert "not 16-byte aligned" in "\n".join(asked.compared)

@@ -1,11 +1,20 @@
-"""Extra state (recipe state in checkpoints) as one uint8 tensor, without pickle.
+"""Extra state (recipe state in checkpoints) as one string of bytes, without pickle.
 
 Layout: ``b"REFOPS\\x01\\x00"`` (8 bytes), the JSON header's length (8 bytes,
 little-endian), the UTF-8 JSON header, then the raw bytes of every tensor, in
 order. The header mirrors the saved object, with each tensor replaced by
 ``{"__tensor__": i, "dtype": ..., "shape": [...], "offset": ..., "nbytes": ...}``.
-Tensors round-trip bit-exactly; loading never executes code, so a checkpoint is
-as safe to load as a tensor. An empty state is an empty tensor, as in TE.
+Tensors round-trip bit-exactly; decoding never executes code. An empty state is
+encoded too (``{}``), never ``b""``: ``torch.save`` writes empty bytes as a call of ``bytes``,
+which ``torch.load(weights_only=True)`` refuses. ``b""``, an empty tensor and ``None`` still decode
+as "no state".
+
+An op's ``_extra_state`` is these bytes (:func:`extra_state_bytes`), not a tensor, because
+``torch.distributed.checkpoint`` loads a tensor in place and so needs one of the saved size in the
+target, while the size of a recipe state is known only once a recipe ran; any other object DCP
+stores whole and replaces on load (``docs/distributed.md#extra-state-in-distributed-checkpoints``).
+The same bytes as a uint8 tensor (:func:`encode_extra_state`, what refops stored before, and the
+container of the legacy quantized-weight form) still decode.
 """
 
 from __future__ import annotations
@@ -17,7 +26,8 @@ from typing import Any
 
 import torch
 
-__all__ = ["encode_extra_state", "decode_extra_state", "load_extra_state", "extra_state_type_error"]
+__all__ = ["extra_state_bytes", "encode_extra_state", "decode_extra_state", "load_extra_state",
+           "extra_state_type_error"]
 
 _MAGIC = b"REFOPS\x01\x00"
 _DTYPES = {
@@ -39,9 +49,12 @@ _DTYPES = {
 
 
 def encode_extra_state(state: dict[str, Any]) -> torch.Tensor:
-    """Serialize a tree of dicts, lists, scalars, strings, None and tensors into uint8."""
-    if not state:
-        return torch.empty(0, dtype=torch.uint8)
+    """:func:`extra_state_bytes` as a 1-D uint8 tensor."""
+    return torch.frombuffer(bytearray(extra_state_bytes(state)), dtype=torch.uint8).clone()
+
+
+def extra_state_bytes(state: dict[str, Any]) -> bytes:
+    """Serialize a tree of dicts, lists, scalars, strings, None and tensors into bytes."""
     blobs: list[bytes] = []
     offset = 0
 
@@ -73,8 +86,7 @@ def encode_extra_state(state: dict[str, Any]) -> torch.Tensor:
         raise TypeError(f"extra state: cannot serialize {type(obj).__name__} without pickle")
 
     header = json.dumps(encode(state)).encode("utf-8")
-    payload = _MAGIC + len(header).to_bytes(8, "little") + header + b"".join(blobs)
-    return torch.frombuffer(bytearray(payload), dtype=torch.uint8).clone()
+    return _MAGIC + len(header).to_bytes(8, "little") + header + b"".join(blobs)
 
 
 def _is_dcp_placeholder(data: Any) -> bool:
@@ -87,18 +99,18 @@ def _is_dcp_placeholder(data: Any) -> bool:
 
 def extra_state_type_error(data: Any) -> str | None:
     """Why ``data`` cannot be an op's extra state at all (None: it can, or it means "no state")."""
-    if data is None or _is_dcp_placeholder(data) or isinstance(data, torch.Tensor):
+    if data is None or _is_dcp_placeholder(data) or isinstance(data, (bytes, bytearray, torch.Tensor)):
         return None
     hint = " (TE's older pickled format, which refops refuses: loading it would run code)" if isinstance(
         data, io.BytesIO) else ""
-    return (f"extra state must be a uint8 tensor written by refops (or None for no state), got a "
-            f"{type(data).__module__}.{type(data).__qualname__}{hint}")
+    return (f"extra state must be bytes written by refops (or the uint8 tensor of an older refops checkpoint, "
+            f"or None for no state), got a {type(data).__module__}.{type(data).__qualname__}{hint}")
 
 
 def decode_extra_state(data: Any, *, owner: str = "extra state") -> dict[str, Any]:
     """Inverse of :func:`encode_extra_state`.
 
-    "No state" (``{}``) is an empty tensor, ``None``, or the placeholder object that
+    "No state" (``{}``) is ``b""``, an empty tensor, ``None``, or the placeholder object that
     ``torch.distributed.checkpoint``'s ``set_model_state_dict`` passes for an ``_extra_state`` key
     missing from the loaded dict. Anything else that is not a tensor (an ``io.BytesIO`` of TE's
     pickled format, a dict) is a ``TypeError`` naming ``owner``: dropping it would lose the state
@@ -108,11 +120,14 @@ def decode_extra_state(data: Any, *, owner: str = "extra state") -> dict[str, An
     problem = extra_state_type_error(data)
     if problem is not None:
         raise TypeError(f"{owner}: {problem}")
-    if not isinstance(data, torch.Tensor) or data.numel() == 0:
+    if data is None or _is_dcp_placeholder(data):
         return {}
-    if data.dtype != torch.uint8:
-        raise TypeError(f"{owner}: extra state must be a uint8 tensor written by refops, got dtype {data.dtype}")
-    raw = data.detach().to("cpu").contiguous().reshape(-1).numpy().tobytes()
+    if (data.numel() if isinstance(data, torch.Tensor) else len(data)) == 0:
+        return {}
+    if isinstance(data, torch.Tensor) and data.dtype != torch.uint8:
+        raise TypeError(f"{owner}: extra state must be bytes or a uint8 tensor written by refops, got a tensor of "
+                        f"dtype {data.dtype}")
+    raw = bytes(data) if not isinstance(data, torch.Tensor) else data.detach().to("cpu").reshape(-1).numpy().tobytes()
     if raw[:8] != _MAGIC:
         raise ValueError(f"{owner}: extra state was not written by refops (bad magic); pickled TE extra state is refused")
     try:

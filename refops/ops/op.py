@@ -15,7 +15,7 @@ from typing import Any, Iterable, NoReturn, Optional
 import torch
 
 from .dtensor_parameters import agreed_recipe_state
-from .extra_state import encode_extra_state, load_extra_state
+from .extra_state import extra_state_bytes, load_extra_state
 from .parameter_lifecycle import ParameterLifecycle
 from .quantized_checkpoint import QuantizedCheckpoint
 from .recipe_hooks import QuantizationHooks
@@ -242,10 +242,14 @@ class BasicOperation(QuantizedCheckpoint, QuantizationHooks, ParameterLifecycle,
     def _load_extra_state_dict(self, state: dict[str, Any]) -> None:
         self._load_recipe_extra_state(state)
 
-    def get_extra_state(self) -> torch.Tensor:
-        """Recipe state as one uint8 tensor, never pickled (see :mod:`refops.ops.extra_state`); the same on every
-        rank for an FSDP2-sharded op (:func:`refops.ops.dtensor_parameters.agreed_recipe_state`)."""
-        return encode_extra_state(agreed_recipe_state(self, self._extra_state_dict()))
+    def get_extra_state(self) -> bytes:
+        """Recipe state as bytes, never pickled (see :mod:`refops.ops.extra_state`); the same on every rank for an
+        FSDP2-sharded op (:func:`refops.ops.dtensor_parameters.agreed_recipe_state`).
+
+        Bytes, where TE returns a uint8 tensor: a distributed checkpoint loads a tensor in place, so only into an
+        op that already holds a state of the saved size, and bytes by replacement, so into a freshly built op too
+        (``docs/distributed.md#extra-state-in-distributed-checkpoints``)."""
+        return extra_state_bytes(agreed_recipe_state(self, self._extra_state_dict()))
 
     def set_extra_state(self, state: Any) -> None:
         """Inverse of :meth:`get_extra_state`; idempotent, all or nothing; None (or DCP's placeholder for a

@@ -36,7 +36,13 @@ def _save_and_load(s: Subject, source: torch.nn.Module) -> torch.nn.Module:
 
 
 def _tensor_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    return {k: v for k, v in module.state_dict().items() if isinstance(v, torch.Tensor)}
+    """The state dict's tensors, and its bytes (a refops op's extra state) as uint8 tensors, so they compare too."""
+    return {k: _as_uint8(v) if isinstance(v, bytes) else v
+            for k, v in module.state_dict().items() if isinstance(v, (torch.Tensor, bytes))}
+
+
+def _as_uint8(data: bytes) -> torch.Tensor:
+    return torch.tensor(list(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
 
 
 def checkpoint_round_trip(s: Subject) -> str:

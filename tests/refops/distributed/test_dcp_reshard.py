@@ -1,23 +1,24 @@
 """DCP reshards refops models bit for bit: route x recipe x plain/quantized weights, optimizer state included (#36).
 
 A quantized weight has one state-dict form, its row blocks (a plain uint8 matrix in one process, a DTensor of the
-same matrix under FSDP2), so ``torch.distributed.checkpoint`` moves it between any numbers of ranks. Routes:
+same matrix under FSDP2), so ``torch.distributed.checkpoint`` moves it between any numbers of ranks; an op's extra
+state is bytes, which DCP replaces whole, so it loads into an op that never ran (#38, item 1). Routes:
 ``2 -> 2``, ``2 -> 1``, ``1 -> 2``, ``1 -> 1``, where 2 is a root-sharded FSDP2 model on 2 gloo ranks and 1 a plain
-single-process model (no FSDP2). Recipes: none and every FP8/FP4 recipe, each with plain weights (trained under
-``autocast``) and quantized weights (``quantized_model_init``). For every cell:
+single-process model (no FSDP2); ``2 -> mesh1``, FSDP2 over a mesh of one rank; ``meta 1 -> 2`` and
+``meta 2 -> 1``, a target built on meta, then ``to_empty`` and ``reset_parameters()`` (sharded first on 2 ranks).
+Recipes: none and every recipe of ``refops.testing.recipes``, each with plain weights (trained under ``autocast``)
+and quantized weights (``quantized_model_init``). For every cell:
 
 * the source trains 2 Adam steps and saves its model and optimizer state (``get_state_dict`` + ``dcp.save``);
-* a freshly built target (another seed) loads it (``dcp.load`` + ``set_state_dict``): its full model and optimizer
+* a freshly built target (another seed) that never ran a forward loads it (``dcp.load`` + ``set_state_dict``): its full model and optimizer
   state equal the source's, bit for bit (one process and FSDP2 store the same full state, row blocks included);
 * the target's next step gives the source's outputs and full gradients bit for bit. "The next step" is one
   forward and backward on each half of a batch, gradients averaged, from the checkpointed state: 2 ranks run a
-  half each (FSDP2 averages the grads), one process runs each half on its own copy of the model and averages.
+  half each (FSDP2 averages the grads), one process runs each half on its own copy of the model and averages (on a
+  one-rank mesh, where FSDP2 modules cannot be deep-copied, the copy is a second load of the checkpoint).
 
-Plain weights under delayed scaling: a fresh model's extra state is empty until its first forward, and DCP loads
-in place into a tensor of the saved size (#38, item 1), so that target runs one forward and backward first.
-
-Three spawns share the cells: one process (sources and 1 -> 1), 2 ranks (sources, 2 -> 2, 1 -> 2), one process
-(2 -> 1); each rank returns what it saw and the comparisons run here.
+Three spawns share the cells: one process (sources and 1 -> 1), 2 ranks (sources, 2 -> 2, 1 -> 2, meta 1 -> 2),
+one process (2 -> 1, 2 -> mesh1, meta 2 -> 1); each rank returns what it saw and the comparisons run here.
 """
 
 from __future__ import annotations
@@ -30,13 +31,12 @@ import torch
 
 import refops as te
 from refops.distributed import run_on_ranks
-from refops.testing.recipes import make_recipe
+from refops.testing.recipes import RECIPE_NAMES, make_recipe
 
 import _fsdp2_cases as C
 
-RECIPES = ("none", "fp8_delayed_scaling", "fp8_current_scaling", "mxfp8", "fp8_block_scaling", "nvfp4")
-CELLS = [("none", "plain")] + [(r, w) for r in RECIPES[1:] for w in ("plain", "quantized")]
-ROUTES = ("2->2", "2->1", "1->2", "1->1")
+CELLS = [("none", "plain")] + [(r, w) for r in RECIPE_NAMES for w in ("plain", "quantized")]
+ROUTES = ("2->2", "2->1", "1->2", "1->1", "2->mesh1", "meta 1->2", "meta 2->1")
 STEPS = 2
 TIMEOUT_S = 240.0
 
@@ -53,12 +53,18 @@ def _factory_and_width(cell):
     return (C.wide, 256) if cell[0] == "fp8_block_scaling" else (C.flat, 64)  # 128-row tiles: shards of 128 rows
 
 
-def _build(cell, world_size: int, seed: int):
-    """The cell's model (FSDP2 over ``world_size`` ranks, or a plain model for ``world_size`` 0) and an Adam."""
+def _build(cell, world_size: int, seed: int, *, on_meta: bool = False):
+    """The cell's model (FSDP2 over ``world_size`` ranks, or a plain model for ``world_size`` 0) and an Adam;
+    ``on_meta``: built on meta (and sharded), then ``to_empty`` and ``reset_parameters()`` under ``seed``."""
     factory, _ = _factory_and_width(cell)
-    model = C.build(factory, seed=seed, recipe=_recipe(cell) if cell[1] == "quantized" else None)
+    model = C.build(factory, "meta" if on_meta else "cpu", seed=seed,
+                    recipe=_recipe(cell) if cell[1] == "quantized" else None)
     if world_size:
         model = C.shard(model, world_size, children=False)
+    if on_meta:
+        model.to_empty(device="cpu")
+        torch.manual_seed(seed)
+        C.reset_all(model)
     return model, torch.optim.Adam(model.parameters(), lr=C.LR)
 
 
@@ -79,8 +85,9 @@ def _train(model, optimizer, cell, rank: int, world_size: int) -> None:
         optimizer.step()
 
 
-def _next_step(model, cell, rank: int, world_size: int) -> dict[str, torch.Tensor]:
-    """Outputs of each half of the next batch and the full averaged grads, from the model's current state."""
+def _next_step(model, cell, rank: int, world_size: int, copy_model=copy.deepcopy) -> dict[str, torch.Tensor]:
+    """Outputs of each half of the next batch and the full averaged grads, from the model's current state
+    (``copy_model(model)``: a copy of it in that state, for a model of one process or one rank)."""
     from torch.distributed.tensor import DTensor
 
     g = torch.Generator().manual_seed(5)
@@ -88,7 +95,7 @@ def _next_step(model, cell, rank: int, world_size: int) -> dict[str, torch.Tenso
     x, y = torch.randn(C.BATCH, 64, generator=g), torch.randn(C.BATCH, width, generator=g)
     halves = [(C.local_rows(x, r, 2), C.local_rows(y, r, 2)) for r in range(2)]
     model.zero_grad()  # the last training step's grads are no part of the next step
-    if world_size:  # each rank its half; FSDP2 averages the grads (each divided by 2, then summed)
+    if world_size > 1:  # each rank its half; FSDP2 averages the grads (each divided by 2, then summed)
         outs = [None, None]
         outs[rank] = _forward_backward(model, cell, *halves[rank])
         grads = {n: p.grad.full_tensor() for n, p in model.named_parameters()}
@@ -97,12 +104,18 @@ def _next_step(model, cell, rank: int, world_size: int) -> dict[str, torch.Tenso
         torch.distributed.all_gather(gathered, outs[rank])
         outs = gathered
     else:  # one copy of the model per half, so that both halves see the same recipe state, as the 2 ranks do
-        copies = [copy.deepcopy(model) for _ in halves]
+        copies = [copy_model(model) for _ in halves]
         outs = [_forward_backward(m, cell, *h) for m, h in zip(copies, halves)]
-        grads = {n: copies[0].get_parameter(n).grad / 2 + copies[1].get_parameter(n).grad / 2
+        grads = {n: _full(copies[0].get_parameter(n).grad) / 2 + _full(copies[1].get_parameter(n).grad) / 2
                  for n, _ in model.named_parameters()}
     assert not any(isinstance(v, DTensor) for v in grads.values())
     return {"out0": outs[0], "out1": outs[1], **{f"grad/{n}": v for n, v in grads.items()}}
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+
+    return tensor.full_tensor() if isinstance(tensor, DTensor) else tensor
 
 
 def _full_state(model, optimizer, sharded: bool) -> dict[str, torch.Tensor]:
@@ -136,15 +149,6 @@ def _load(model, optimizer, directory: str) -> None:
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
-def _fresh_target(cell, world_size: int, rank: int):
-    model, optimizer = _build(cell, world_size, C.SEED + 1)
-    if cell == ("fp8_delayed_scaling", "plain"):  # #38 item 1: an empty extra state is no DCP load target yet
-        x, y = C.data(64)
-        _forward_backward(model, cell, C.local_rows(x, rank, world_size or 1), C.local_rows(y, rank, world_size or 1))
-        model.zero_grad()
-    return model, optimizer
-
-
 def _source(cell, world_size: int, rank: int, directory: str) -> dict:
     model, optimizer = _build(cell, world_size, C.SEED)
     _train(model, optimizer, cell, rank, world_size)
@@ -152,10 +156,18 @@ def _source(cell, world_size: int, rank: int, directory: str) -> dict:
     return {"state": _full_state(model, optimizer, bool(world_size)), "next": _next_step(model, cell, rank, world_size)}
 
 
-def _target(cell, world_size: int, rank: int, directory: str) -> dict:
-    model, optimizer = _fresh_target(cell, world_size, rank)
+def _loaded_target(cell, world_size: int, directory: str, *, on_meta: bool = False):
+    """A freshly built model and optimizer (another seed, never ran a forward) that loaded ``directory``."""
+    model, optimizer = _build(cell, world_size, C.SEED + 1, on_meta=on_meta)
     _load(model, optimizer, directory)
-    return {"state": _full_state(model, optimizer, bool(world_size)), "next": _next_step(model, cell, rank, world_size)}
+    return model, optimizer
+
+
+def _target(cell, world_size: int, rank: int, directory: str, *, on_meta: bool = False) -> dict:
+    model, optimizer = _loaded_target(cell, world_size, directory, on_meta=on_meta)
+    copy_model = copy.deepcopy if world_size == 0 else lambda _: _loaded_target(cell, world_size, directory)[0]
+    return {"state": _full_state(model, optimizer, bool(world_size)),
+            "next": _next_step(model, cell, rank, world_size, copy_model)}
 
 
 def _one_process_sources_and_1_to_1(rank, world_size, root):
@@ -174,12 +186,18 @@ def _two_ranks_sources_2_to_2_and_1_to_2(rank, world_size, root):
             "source": _source(cell, world_size, rank, directory),
             "2->2": _target(cell, world_size, rank, directory),
             "1->2": _target(cell, world_size, rank, os.path.join(root, "one", _name(cell))),
+            "meta 1->2": _target(cell, world_size, rank, os.path.join(root, "one", _name(cell)), on_meta=True),
         }
     return out
 
 
-def _one_process_2_to_1(rank, world_size, root):
-    return {_name(cell): {"2->1": _target(cell, 0, rank, os.path.join(root, "two", _name(cell)))} for cell in CELLS}
+def _one_process_2_to_1_and_2_to_mesh1(rank, world_size, root):
+    out = {}
+    for cell in CELLS:
+        directory = os.path.join(root, "two", _name(cell))
+        out[_name(cell)] = {"2->1": _target(cell, 0, rank, directory), "2->mesh1": _target(cell, 1, rank, directory),
+                            "meta 2->1": _target(cell, 0, rank, directory, on_meta=True)}
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -187,7 +205,7 @@ def runs(cpu_ranks, tmp_path_factory):
     root = str(tmp_path_factory.mktemp("reshard"))
     one = run_on_ranks(_one_process_sources_and_1_to_1, 1, root, backend="gloo", timeout=TIMEOUT_S)[0]
     two = cpu_ranks(_two_ranks_sources_2_to_2_and_1_to_2, root, timeout=TIMEOUT_S)
-    back = run_on_ranks(_one_process_2_to_1, 1, root, backend="gloo", timeout=TIMEOUT_S)[0]
+    back = run_on_ranks(_one_process_2_to_1_and_2_to_mesh1, 1, root, backend="gloo", timeout=TIMEOUT_S)[0]
     return {"one": one, "two": two, "back": back}
 
 
@@ -200,9 +218,10 @@ def _mismatches(a: dict, b: dict) -> list[str]:
 
 def _source_and_targets(runs, name: str, route: str) -> tuple[dict, list[dict]]:
     """The source run of ``route`` and what each of the target's ranks saw."""
-    source = runs["two"][0][name]["source"] if route.startswith("2") else runs["one"][name]["source"]
-    if route == "2->1":
-        return source, [runs["back"][name]["2->1"]]
+    saved_on_two_ranks = route.split("->")[0].endswith("2")
+    source = runs["two"][0][name]["source"] if saved_on_two_ranks else runs["one"][name]["source"]
+    if route in ("2->1", "2->mesh1", "meta 2->1"):
+        return source, [runs["back"][name][route]]
     if route == "1->1":
         return source, [runs["one"][name]["1->1"]]
     return source, [rank[name][route] for rank in runs["two"]]

@@ -43,6 +43,8 @@ def _legacy_state_dict(model) -> dict[str, torch.Tensor]:
     for key in state:
         if key.endswith("weight") and isinstance(model.get_parameter(key), QuantizedTensor):
             state[key] = encode_legacy_quantized_parameter(model.get_parameter(key))
+        if key.endswith("_extra_state"):  # then a uint8 tensor, now bytes
+            state[key] = torch.frombuffer(bytearray(state[key]), dtype=torch.uint8).clone()
     assert any(v.dim() == 1 and v.dtype == torch.uint8 and v.numel() > 100 for v in state.values())
     buffer = io.BytesIO()
     torch.save(state, buffer)

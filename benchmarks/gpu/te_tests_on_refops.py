@@ -327,9 +327,9 @@ def _global_state() -> dict[str, Any]:
 
     from refops.kernels import registry
     from refops.ops.placement import explicit_default_device
-    from refops.quantization import state
+    from refops.quantization import thread_state
 
-    s = state._STATE
+    s = thread_state.current()
     return {
         "autocast": (s.enabled, s.depth, type(s.recipe).__name__ if s.recipe is not None else None),
         "quantized_model_init": (s.parameters_enabled, type(s.parameters_recipe).__name__

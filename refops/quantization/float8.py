@@ -139,6 +139,45 @@ class Float8Quantizer(_PerTensorQuantizer):
         self.scale = scale
         self.amax = amax
 
+    #: ``(recipe state, slot)`` when ``scale`` and ``amax`` are that delayed-scaling state's views (set by
+    #: ``DelayedScalingRecipeState.make_quantizer``); None for a quantizer that owns its tensors.
+    recipe_slot: Optional[tuple[Any, int]] = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled, deep-copied or ``torch.save``-d while linked to its recipe state: the link, not the views.
+
+        Plain pickle writes each view as a tensor of its own, so the copy's quantizer would record amaxes the
+        copy's state never sees and keep a scale its updates never write; ``__setstate__`` takes the views of
+        the copied state again (``docs/api/refops.md#copies-and-pickling``).
+        """
+        state = self.__dict__.copy()
+        if self._linked_views() is not None:
+            del state["scale"], state["amax"]
+        else:
+            state.pop("recipe_slot", None)  # stale (the state's tensors were replaced): a quantizer of its own
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        if "scale" not in state:
+            self.scale, self.amax = self._slot_views()
+
+    def _slot_views(self) -> tuple[torch.Tensor, torch.Tensor]:
+        recipe_state, index = self.recipe_slot
+        return recipe_state.scale[index : index + 1], recipe_state.amax_history[0, index : index + 1]
+
+    def _linked_views(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """The state's views when ``scale`` and ``amax`` are still them (same storage, same place), else None."""
+        if self.recipe_slot is None:
+            return None
+        views = self._slot_views()
+        for mine, theirs in zip((self.scale, self.amax), views):
+            if mine.untyped_storage().data_ptr() != theirs.untyped_storage().data_ptr() or (
+                    mine.storage_offset(), mine.shape, mine.stride()) != (
+                    theirs.storage_offset(), theirs.shape, theirs.stride()):
+                return None
+        return views
+
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
         return self._cast(tensor, self.scale, rowwise=rowwise, columnwise=columnwise, amax_accumulator=self.amax)
 

@@ -422,9 +422,19 @@ class QuantizedTensor(torch.Tensor):
         return f"{type(self).__name__}(dtype={self.dtype}, usages={usages}, data={values})"
 
     def __reduce_ex__(self, protocol: int) -> Any:
+        # Refused rather than pickled: checkpoints of quantized weights are pickle-free row blocks
+        # (``docs/api/refops.md#copies-and-pickling``), and a pickled wrapper would be a second form.
         raise TypeError(
-            f"{type(self).__name__} is not picklable; use to_plain_tensors() / from_plain_tensors()"
+            f"{type(self).__name__} is not picklable (pickle, torch.save of a whole model, multiprocessing): "
+            "copy a model with copy.deepcopy, save and load its state_dict(), or convert one tensor with "
+            "to_plain_tensors() / from_plain_tensors()"
         )
+
+    def __copy__(self) -> "QuantizedTensor":
+        """``copy.copy``: a new tensor on the same arrays and quantizer, as ``copy.copy`` of a torch tensor
+        shares its storage."""
+        return type(self)(self.shape, self.dtype, requires_grad=self.requires_grad, device=self.device,
+                          **self.get_metadata())
 
 
 def _plain_value(value: Any) -> Any:

@@ -131,9 +131,13 @@ class DelayedScalingRecipeState(RecipeState):
         return fmt.max_fwd if self.mode == "forward" else fmt.max_bwd
 
     def make_quantizer(self, index: int) -> Quantizer:
-        return Float8Quantizer(
+        """A quantizer on views of slot ``index``: its casts record into ``amax_history[0, index]`` and read
+        ``scale[index]``, which the update writes. It keeps the link when copied or pickled (``recipe_slot``)."""
+        quantizer = Float8Quantizer(
             self.scale[index : index + 1], self.amax_history[0, index : index + 1], fp8_dtype_for(self.recipe, self.mode)
         )
+        quantizer.recipe_slot = (self, index)
+        return quantizer
 
     def resize_history(self, length: int) -> None:
         """Truncate, or zero-pad at the end of dim 0, to ``length`` rows; the op then rebuilds its quantizers."""

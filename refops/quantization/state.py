@@ -1,4 +1,4 @@
-"""Global quantization state: ``autocast``, ``quantized_model_init`` and when delayed scaling updates.
+"""Quantization state: ``autocast``, ``quantized_model_init`` and when delayed scaling updates.
 
 ``autocast(enabled=True, recipe=R)`` turns on quantized compute with recipe
 ``R``. ``quantized_model_init(enabled=True, recipe=R)`` makes ops constructed
@@ -10,17 +10,20 @@ scales update at exactly two points (``docs/recipes/delayed-scaling.md#the-arith
   that ``autocast`` ends (the last backward to run).
 
 Nothing updates under ``torch.no_grad``: amaxes keep accumulating and scales freeze.
+
+The state is each thread's own, and contexts left in any order leave nothing behind
+(``refops.quantization.thread_state``; ``docs/api/refops.md#threads-and-nesting``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from typing import Any, Callable, Optional
 
 import torch
 
 from .. import trace
+from .thread_state import LOCK, AutocastFrame, InitFrame, current, push, remove
 
 __all__ = [
     "autocast",
@@ -36,30 +39,6 @@ __all__ = [
     "register_delayed_state",
     "claim_first_module",
 ]
-
-
-@dataclasses.dataclass
-class _GlobalState:
-    enabled: bool = False
-    calibrating: bool = False
-    recipe: Any = None
-    amax_reduction_group: Any = None
-    depth: int = 0
-    first_module_claimed: bool = False
-    parameters_enabled: bool = False
-    parameters_recipe: Any = None
-    high_precision_init_val: bool = False
-    # Delayed-scaling states of the ops that ran under autocast, in first-use order: the forward ones since
-    # the last forward update; the backward ones of the current outermost autocast (each autocast gets its
-    # own set, which its first module's backward updates: interleaved microbatches F1 F2 B1 B2 update at B1
-    # and at B2, one history row each). Only these are updated: the set is what the program ran, the same on
-    # every rank, whatever the garbage collector has freed (with amax reduction each state's update is a
-    # collective, so two ranks must visit the same states in the same order). Held strongly until their
-    # update, so no collection can change the set in between.
-    forward_states: dict = dataclasses.field(default_factory=dict)
-    backward_states: dict = dataclasses.field(default_factory=dict)
-
-_STATE = _GlobalState()
 
 
 def get_default_recipe() -> Any:
@@ -80,48 +59,53 @@ def get_default_recipe() -> Any:
 
 
 def is_quantization_enabled() -> bool:
-    """True inside ``autocast(enabled=True)``."""
-    return _STATE.enabled
+    """True inside ``autocast(enabled=True)`` (on this thread: ``docs/api/refops.md#threads-and-nesting``)."""
+    return current().enabled
 
 
 def get_autocast_recipe() -> Any:
     """The active autocast recipe, or None outside ``autocast(enabled=True)``."""
-    return _STATE.recipe if _STATE.enabled else None
+    return current().recipe
 
 
 def with_quantized_parameters() -> bool:
     """True inside ``quantized_model_init(enabled=True)``."""
-    return _STATE.parameters_enabled
+    return current().parameters_enabled
 
 
 def get_quantized_parameters_recipe() -> Any:
     """The recipe of the enclosing ``quantized_model_init``, or None."""
-    return _STATE.parameters_recipe if _STATE.parameters_enabled else None
+    return current().parameters_recipe
 
 
 def preserve_high_precision_init_val() -> bool:
     """Whether ops built now keep a CPU copy of the high-precision initial weights."""
-    return _STATE.parameters_enabled and _STATE.high_precision_init_val
+    s = current()
+    return s.parameters_enabled and s.high_precision_init_val
 
 
 def register_delayed_state(state: Any, mode: str) -> None:
     """A delayed-scaling recipe state in use: its op runs now, so the next ``mode`` update reaches it."""
-    (_STATE.forward_states if mode == "forward" else _STATE.backward_states)[state] = None
+    s = current()
+    (s.forward_states if mode == "forward" else s.backward_states)[state] = None
 
 
 def claim_first_module() -> bool:
     """True exactly once per outermost autocast: the fuser that gets it runs the backward update."""
-    if not _STATE.enabled or _STATE.first_module_claimed:
-        return False
-    _STATE.first_module_claimed = True
-    return True
+    s = current()
+    with LOCK:  # a context left on another thread may be changing the flag
+        if not s.enabled or s.first_module_claimed:
+            return False
+        s.first_module_claimed = True
+        return True
 
 
 def _update_delayed_states(mode: str, group: Any, in_use: Optional[dict] = None) -> None:
     """Update the ``mode`` states in use (``in_use``: the backward set of one autocast), in first-use order, and
     empty that set."""
     if in_use is None:
-        in_use = _STATE.forward_states if mode == "forward" else _STATE.backward_states
+        s = current()
+        in_use = s.forward_states if mode == "forward" else s.backward_states
     states = list(in_use)
     in_use.clear()
     for state in states:
@@ -133,7 +117,8 @@ def _update_delayed_states(mode: str, group: Any, in_use: Optional[dict] = None)
 def backward_update_callback() -> Callable[[], None]:
     """What the first module's backward runs at its end: the backward update of the states its autocast
     registered (captured now, with the current reduction group), whatever autocasts ran forward since."""
-    group, in_use = _STATE.amax_reduction_group, _STATE.backward_states
+    s = current()
+    group, in_use = s.amax_reduction_group, s.backward_states
     return lambda: _update_delayed_states("backward", group, in_use)
 
 
@@ -142,7 +127,8 @@ class autocast:
 
     Nesting is counted; the forward delayed-scaling update runs at the outermost
     exit when grad is enabled. Re-entering an instance that is already active is
-    an error, as in TE.
+    an error, as in TE. The state is the calling thread's, and contexts may be left
+    in any order (``docs/api/refops.md#threads-and-nesting``).
     """
 
     def __init__(
@@ -159,33 +145,42 @@ class autocast:
             _check_recipe(recipe)
         self.enabled, self.calibrating, self.recipe = enabled, calibrating, recipe
         self.amax_reduction_group, self._graph = amax_reduction_group, _graph
-        self._saved: Optional[tuple] = None
+        self._open: Optional[tuple[Any, AutocastFrame]] = None  # (the entering thread's state, this frame)
 
     def __enter__(self) -> "autocast":
-        if self._saved is not None:
-            raise RuntimeError("refops.autocast: this context is already active; use a new instance to nest")
-        s = _STATE
-        self._saved = (s.enabled, s.calibrating, s.recipe, s.amax_reduction_group, s.first_module_claimed)
-        if s.depth == 0:
-            s.first_module_claimed = False
-            s.backward_states = {}  # this autocast's own backward set (the one before is its backward's)
-        s.enabled, s.calibrating = self.enabled, self.calibrating
-        s.recipe = self.recipe if self.enabled else None
-        s.amax_reduction_group = self.amax_reduction_group
-        s.depth += 1
+        frame = AutocastFrame(self.enabled, self.calibrating, self.recipe if self.enabled else None,
+                              self.amax_reduction_group, self._graph)
+        s = current()
+        with LOCK:
+            if self._open is not None:
+                raise RuntimeError("refops.autocast: this context is already active; use a new instance to nest")
+            if not s.autocasts:  # a new outermost span
+                s.first_module_claimed = False
+                s.backward_states = {}  # this autocast's own backward set (the one before is its backward's)
+                s.opener = frame
+            frame.claimed_before = s.first_module_claimed
+            push(s.autocasts, frame)
+            self._open = (s, frame)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        s = _STATE
-        s.depth -= 1
-        outermost = s.depth == 0
-        if outermost and self.enabled and not self._graph and torch.is_grad_enabled() and exc[0] is None:
-            _update_delayed_states("forward", self.amax_reduction_group)
-        enabled, calibrating, recipe, group, claimed = self._saved
-        s.enabled, s.calibrating, s.recipe, s.amax_reduction_group = enabled, calibrating, recipe, group
-        if not outermost:
-            s.first_module_claimed = claimed
-        self._saved = None
+        to_update: Optional[dict] = None
+        with LOCK:
+            if self._open is None:
+                raise RuntimeError("refops.autocast: __exit__ of a context that is not active")
+            (s, frame), self._open = self._open, None
+            above = remove(s.autocasts, frame)
+            if above is not None:  # left out of order: the frame above restores what this one would have
+                above.claimed_before = frame.claimed_before
+            elif s.autocasts:
+                s.first_module_claimed = frame.claimed_before
+            if not s.autocasts:  # the span's last frame: the one that opened it decides the forward update
+                opener, s.opener = s.opener, None
+                raised = bool(exc) and exc[0] is not None
+                if opener.enabled and not opener.graph and torch.is_grad_enabled() and not raised:
+                    to_update, s.forward_states = s.forward_states, {}
+        if to_update is not None:  # outside the lock: with amax reduction an update is a collective
+            _update_delayed_states("forward", opener.amax_reduction_group, to_update)
 
 
 def fp8_autocast(
@@ -214,20 +209,25 @@ class quantized_model_init:
         if recipe is not None:
             _check_recipe(recipe)
         self.enabled, self.recipe, self.preserve = enabled, recipe, preserve_high_precision_init_val
-        self._saved: Optional[tuple] = None
+        self._open: Optional[tuple[Any, InitFrame]] = None  # (the entering thread's state, this frame)
 
     def __enter__(self) -> "quantized_model_init":
-        s = _STATE
-        self._saved = (s.parameters_enabled, s.parameters_recipe, s.high_precision_init_val)
-        s.parameters_enabled = self.enabled
-        s.parameters_recipe = self.recipe if self.enabled else None
-        s.high_precision_init_val = self.preserve
+        frame = InitFrame(self.enabled, self.recipe if self.enabled else None, self.preserve)
+        s = current()
+        with LOCK:
+            if self._open is not None:
+                raise RuntimeError("refops.quantized_model_init: this context is already active; "
+                                   "use a new instance to nest")
+            push(s.inits, frame)
+            self._open = (s, frame)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        s = _STATE
-        s.parameters_enabled, s.parameters_recipe, s.high_precision_init_val = self._saved
-        self._saved = None
+        with LOCK:
+            if self._open is None:
+                raise RuntimeError("refops.quantized_model_init: __exit__ of a context that is not active")
+            (s, frame), self._open = self._open, None
+            remove(s.inits, frame)
 
 
 def fp8_model_init(

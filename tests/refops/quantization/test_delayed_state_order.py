@@ -14,6 +14,7 @@ import torch
 
 import refops as te
 from refops.quantization import state as quantization_state
+from refops.quantization import thread_state
 from refops.recipe import DelayedScaling
 
 
@@ -28,7 +29,7 @@ class _State:
 
 
 def test_updates_run_in_first_use_order_once_and_the_set_survives_collection(monkeypatch):
-    monkeypatch.setattr(quantization_state, "_STATE", quantization_state._GlobalState())
+    monkeypatch.setattr(thread_state._THREADS, "state", thread_state.ThreadState())
     log: list[str] = []
     states = [_State(f"s{i}", log) for i in range(20)]
     for s in reversed(states[10:]):  # an order unrelated to creation or address

@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Sequence
 
 from .cli import bench_cmd, check_cmd, conformance_cmd, trace_cmd
+from .cli.arguments import Parser
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="refops",
         description="refops: the parameter lifecycle and low-precision recipes, step by step.",
     )

@@ -43,7 +43,14 @@ class DemoResult:
 def run_demo(
     steps: int = 3, *, meta: bool = True, seed: int = 0, recipe: Optional[Any] = None, quantized_weights: bool = False
 ) -> DemoResult:
-    """Build the model (on meta unless told otherwise), make the optimizer, train ``steps`` steps."""
+    """Build the model (on meta unless told otherwise), make the optimizer, train ``steps`` steps.
+
+    Raises:
+        ValueError: ``steps < 1``: a meta-built model would stay on meta, and the identity checks would hold
+            only because nothing was materialized.
+    """
+    if steps < 1:
+        raise ValueError(f"run_demo: steps must be >= 1 (got {steps})")
     torch.manual_seed(seed)
     device = default_parameter_device()  # where the meta-built model materializes: the inputs go there too
     with trace() as construction, quantized_model_init(enabled=quantized_weights, recipe=recipe):

@@ -16,9 +16,9 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="run the differential matrix (fast path vs reference, or reference vs float64)")
-    p.add_argument("--ops", nargs="*", choices=sorted(CASES), help="only these ops")
-    p.add_argument("--recipes", nargs="*", choices=RECIPE_NAMES, help="only these recipes (plus high precision)")
-    p.add_argument("--dtypes", nargs="*", choices=sorted(DTYPES), help="only these dtypes")
+    p.add_argument("--ops", nargs="+", choices=sorted(CASES), help="only these ops")
+    p.add_argument("--recipes", nargs="+", choices=RECIPE_NAMES, help="only these recipes (plus high precision)")
+    p.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), help="only these dtypes")
     p.add_argument("--reference-only", action="store_true", help="compare with float64 torch even with a GPU")
     p.set_defaults(func=run)
 

@@ -5,7 +5,8 @@ progress bar on stderr when it is a terminal, prints the record as Markdown and,
 ``DIR/conformance.md`` and ``DIR/conformance.json``.
 
 Exit status: 0 when every row passes, 1 when a row fails, 2 when the run cannot start (no
-TransformerEngine, no CUDA GPU, an option this refops cannot honour), with a one-line reason.
+TransformerEngine, no CUDA GPU, an option this refops cannot honour, an ``--out`` it cannot write: checked
+before anything runs) or its record could not be written after all, with a one-line reason.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ import torch
 from ..testing.conformance import (
     DTYPES,
     RECIPE_CHOICES,
+    RECORD_FILES,
     TIERS,
     ConformanceUnavailable,
     DeviceInfo,
     plan_conformance,
 )
 from ..testing.transformer_engine import LIFECYCLE_OPS, PIPELINES
+from .arguments import output_folder
 from .progress import Progress
 
 __all__ = ["add_parser", "run"]
@@ -49,7 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gemm-numerics", choices=("exact", "hopper"),
                    help="run the reference under refops.gemm_numerics(NAME) and report, per tensor of the "
                         "module tier, the share of elements bit-identical between TE and refops")
-    p.add_argument("--out", metavar="DIR", help="write conformance.md and conformance.json into DIR")
+    p.add_argument("--out", metavar="DIR", type=output_folder(*RECORD_FILES),
+                   help="write conformance.md and conformance.json into DIR (made if needed)")
     p.add_argument("--seed", type=int, default=0, help="the seed of every input and initialization (default 0)")
     p.set_defaults(func=run)
 
@@ -70,6 +74,11 @@ def run(args: argparse.Namespace, *, device: Optional[torch.device] = None,
     progress.close()
     print(record.to_markdown())
     if args.out:
-        written = record.write(args.out)
+        try:  # --out was probed before the run; this catches what changed since (a full disk)
+            written = record.write(args.out)
+        except OSError as error:
+            print(f"{PREFIX}: error: could not write the record into {args.out} ({error}); "
+                  "its Markdown is printed above", file=sys.stderr)
+            return 2
         print(f"{PREFIX}: wrote {', '.join(str(p) for p in written)}")
     return 0 if record.ok else 1

@@ -3,23 +3,25 @@
 from __future__ import annotations
 
 import argparse
-import pathlib
+import sys
 
 from ..demo import run_demo
 from ..testing.recipes import RECIPE_NAMES, TEST_RECIPES_NOTE, make_recipe, recipe_settings
+from .arguments import at_least, output_file, refuse
 
 __all__ = ["add_parser"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("trace", help="build a demo MLP (on meta), train it, print every lifecycle event")
-    p.add_argument("--steps", type=int, default=3, help="training steps (default 3)")
+    p.add_argument("--steps", type=at_least(1, "the trace and its checks are about training steps"), default=3,
+                   help="training steps, at least 1 (default 3)")
     p.add_argument("--eager", action="store_true", help="build on the default device instead of meta")
     p.add_argument("--recipe", choices=RECIPE_NAMES, help="train under refops.autocast with this recipe")
     p.add_argument("--quantized-weights", action="store_true", help="build inside quantized_model_init")
-    p.add_argument("--mermaid", metavar="FILE",
+    p.add_argument("--mermaid", metavar="FILE", type=output_file,
                    help="also write the first training step as a Mermaid sequence diagram to FILE (no file without it)")
-    p.add_argument("--distributed", type=int, metavar="N",
+    p.add_argument("--distributed", type=at_least(1), metavar="N",
                    help="run the FSDP2 demo on N CPU ranks (gloo): meta build, fully_shard, to_empty + "
                         "reset_parameters, training; print each rank's lifecycle events")
     p.set_defaults(func=run)
@@ -29,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     if args.distributed is not None:
         return run_distributed(args)
     if args.quantized_weights and args.recipe is None:
-        raise SystemExit("refops trace: --quantized-weights needs --recipe")
+        refuse("trace", "--quantized-weights needs --recipe")
     recipe = make_recipe(args.recipe) if args.recipe else None
     if args.recipe:
         settings = recipe_settings(args.recipe)
@@ -47,19 +49,21 @@ def run(args: argparse.Namespace) -> int:
     print(f"every parameter kept its identity through materialization: {result.parameters_kept_identity}")
     print(f"the optimizer built before the first forward holds the live parameters: "
           f"{result.optimizer_holds_live_parameters}")
-    if args.mermaid is not None and len(result.step_traces) > 1:
-        pathlib.Path(args.mermaid).write_text(result.step_traces[1].render_mermaid() + "\n")
+    if args.mermaid is not None:  # --steps >= 1: the first training step is there
+        try:  # the path was probed before the demo; this catches what changed since (a full disk)
+            args.mermaid.write_text(result.step_traces[1].render_mermaid() + "\n")
+        except OSError as error:
+            print(f"refops trace: error: could not write {args.mermaid}: {error.strerror or error}", file=sys.stderr)
+            return 2
         print(f"wrote the first training step as a Mermaid diagram to {args.mermaid}")
     return 0 if result.parameters_kept_identity and result.optimizer_holds_live_parameters else 1
 
 
 def run_distributed(args: argparse.Namespace) -> int:
     """``--distributed N``: the FSDP2 demo (:mod:`refops.distributed.demo`), one section per rank and phase."""
-    if args.distributed < 1:
-        raise SystemExit("refops trace: --distributed needs N >= 1 ranks")
     if args.recipe or args.quantized_weights or args.eager or args.mermaid:
-        raise SystemExit("refops trace: --distributed runs its own high-precision meta-built demo; "
-                         "drop --recipe, --quantized-weights, --eager and --mermaid")
+        refuse("trace", "--distributed runs its own high-precision meta-built demo; "
+                        "drop --recipe, --quantized-weights, --eager and --mermaid")
     from ..distributed.demo import run_distributed_demo
 
     reports = run_distributed_demo(args.distributed, args.steps)

@@ -36,6 +36,7 @@ from ..quantization.state import (
 from .channels import resolve_channels
 from .fuser_autograd import FuserAutogradFunction, PlanStep, plan_steps
 from .op import BasicOperation, FusibleOperation, check_not_parametrized
+from .torch_compile import run_fuser_eagerly
 
 __all__ = [
     "OperationFuser",
@@ -258,6 +259,8 @@ class OperationFuser:
         *extra_inputs: torch.Tensor,
         basic_op_kwargs: Optional[list[dict[str, Any]]] = None,
     ) -> Any:
+        if torch.compiler.is_compiling():  # Dynamo cannot trace a fuser: docs/te-ops.md#under-torchcompile
+            return run_fuser_eagerly(self, input, *extra_inputs, basic_op_kwargs=basic_op_kwargs)
         if len(extra_inputs) != self.num_extra_inputs:
             raise ValueError(f"Expected {self.num_extra_inputs} extra inputs but got {len(extra_inputs)}")
         self._check_input(input)

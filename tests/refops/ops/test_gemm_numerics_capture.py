@@ -12,6 +12,7 @@ import threading
 
 import pytest
 import torch
+import torch.utils.checkpoint
 
 import refops
 from refops import ops
@@ -115,6 +116,20 @@ def test_two_forwards_in_two_modes_keep_their_own_mode_in_one_backward():
     (h.sum() + y.sum()).backward()
     assert kernels.calls.count(("dgrad", "hopper")) == 2 and kernels.calls.count(("dgrad", "exact")) == 2
     assert kernels.calls.count(("wgrad", "hopper")) == 2 and kernels.calls.count(("wgrad", "exact")) == 2
+
+
+def test_a_non_reentrant_checkpoint_recomputes_under_the_mode_of_the_backward_that_needs_it():
+    """torch's non-reentrant checkpoint recomputes the forward inside the first backward that unpacks a saved
+    tensor, so the recomputation (and the backward of what it recomputes) gets the captured mode."""
+    kernels = RecordingKernels()
+    first, second = ops.Sequential(ops.Linear(64, 32)), ops.Sequential(ops.Linear(32, 16))
+    x = torch.randn(8, 64, requires_grad=True)
+    with use_backend(kernels), refops.gemm_numerics("hopper"):
+        y = torch.utils.checkpoint.checkpoint(lambda t: second(first(t)), x, use_reentrant=False)
+    with use_backend(kernels):
+        y.sum().backward()
+    assert [role for role, _ in kernels.calls].count("fprop") == 4  # two forwards, two recomputed
+    assert {mode for _, mode in kernels.calls} == {"hopper"}, kernels.calls
 
 
 def test_delayed_weight_grads_keep_the_mode_of_their_backward():

@@ -14,6 +14,7 @@ from torch.autograd.function import once_differentiable
 
 from .. import trace
 from ..kernels import current_backend, use_backend
+from ..kernels.gemm_numerics import forward_numerics, numerics_in_force
 from .op import OperationContext
 
 if TYPE_CHECKING:
@@ -160,6 +161,10 @@ class FuserAutogradFunction(torch.autograd.Function):
             ctx.backward_steps = fuser._backward_steps
             ctx.basic_op_num_params = list(fuser._basic_op_num_params)
             ctx.kernel_backend = current_backend()
+            # The backward's GEMMs (dgrad, wgrad) belong to the forward: they run under its GEMM numerics, as
+            # under its backend and recipe, wherever backward() is called
+            # (docs/tensor-cores.md#the-mode-is-captured-with-the-forward).
+            ctx.gemm_numerics = numerics_in_force()
             ctx.backward_hook = fuser._end_of_backward_hook()
         if public_extra:
             return (y, *public_extra)
@@ -168,7 +173,7 @@ class FuserAutogradFunction(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_output, *grad_extra_outputs):
-        with use_backend(ctx.kernel_backend):
+        with use_backend(ctx.kernel_backend), forward_numerics(ctx.gemm_numerics):
             return _run_backward_ops(ctx, grad_output, grad_extra_outputs)
 
 

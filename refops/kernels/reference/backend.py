@@ -9,7 +9,7 @@ import torch
 from ..interface import KernelBackend
 from . import activations as act
 from . import delayed_scaling, norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
-from ..gemm_numerics import HopperGemmError, gemm_numerics, gemm_role
+from ..gemm_numerics import HopperGemmError, gemm_role, numerics_in_force
 from ..gemm_operand import GemmOperand
 from .gemm import gemm_fp32
 from .gemm_hopper import hopper_fp8_gemm, round_to_tf32
@@ -50,7 +50,7 @@ class ReferenceKernels(KernelBackend):
         bias: torch.Tensor | None = None,
     ) -> torch.Tensor:
         role = gemm_role(role, trans_a=trans_a, trans_b=trans_b)
-        if gemm_numerics() == "hopper":
+        if numerics_in_force().name == "hopper":
             return self._gemm_hopper(a, b, trans_a=trans_a, trans_b=trans_b, out_dtype=out_dtype, alpha=alpha,
                                      out=out, accumulate=accumulate, role=role, bias=bias)
         a, b = dequantize_gemm_operands(a, b, trans_a=trans_a, trans_b=trans_b)

@@ -14,7 +14,8 @@ needs. A group with no rows gets a zero grad. Three destinations:
 * the :class:`WgradStore` with ``delay_wgrad_compute``: the operands are queued
   and ``backward_dw()`` (:class:`DelayedWeightGrads`) computes *every* queued
   entry later, accumulating into ``.grad`` like autograd would (TE pops one
-  entry and overwrites).
+  entry and overwrites). Each entry keeps the GEMM numerics mode its backward ran under (its forward's),
+  so a queued wgrad is computed as it would have been in that backward, wherever ``backward_dw()`` runs.
 
 Bias grads ``db_g = sum_r dy[r]`` (``sum_r scales[r] dy[r]`` with ``scale_bias``)
 and ``dscales[r] = dy[r] . b_g`` use the high-precision ``dy`` and fp32 sums.
@@ -28,6 +29,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from ...kernels import current_backend
+from ...kernels.gemm_numerics import GemmNumericsSetting, forward_numerics, numerics_in_force
 
 __all__ = [
     "WgradStore",
@@ -41,15 +43,16 @@ __all__ = [
 
 
 class WgradStore:
-    """Queued weight-grad operands ``(xs, dys, dtype)`` of backward passes, oldest first."""
+    """Queued weight-grad operands ``(xs, dys, dtype, numerics)`` of backward passes, oldest first
+    (``numerics``: the GEMM numerics mode in force where the entry was queued)."""
 
     def __init__(self) -> None:
         self._queue: collections.deque = collections.deque()
 
     def put(self, xs: Sequence[torch.Tensor], dys: Sequence[torch.Tensor], dtype: torch.dtype) -> None:
-        self._queue.append((list(xs), list(dys), dtype))
+        self._queue.append((list(xs), list(dys), dtype, numerics_in_force()))
 
-    def pop(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.dtype]:
+    def pop(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.dtype, GemmNumericsSetting]:
         return self._queue.popleft()
 
     def __len__(self) -> int:
@@ -128,8 +131,9 @@ def run_delayed_wgrads(op: Any, store: WgradStore, kernels: Any) -> None:
     """
     with torch.no_grad():  # runs outside autograd's backward, like an optimizer step
         while len(store):
-            xs, dys, dtype = store.pop()
-            grads = weight_grads(op, kernels, xs, dys, dtype)
+            xs, dys, dtype, numerics = store.pop()
+            with forward_numerics(numerics):
+                grads = weight_grads(op, kernels, xs, dys, dtype)
             if not op._accumulate_into_main_grad:
                 for name, grad in grads.items():
                     _accumulate_grad(getattr(op, name), grad)

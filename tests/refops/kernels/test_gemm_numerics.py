@@ -1,10 +1,12 @@
-"""refops.gemm_numerics: the exact and hopper GEMM numerics, and the GemmOperand seam (issue #26)."""
+"""refops.gemm_numerics: the exact and hopper GEMM numerics, and the GemmOperand seam (issue #26).
+
+The context itself (entering, leaving, threads, misuse) needs no mmaemu: ``test_gemm_numerics_context.py``.
+"""
 
 from __future__ import annotations
 
 import subprocess
 import sys
-import threading
 
 import pytest
 import torch
@@ -38,81 +40,6 @@ def fp8(shape, seed, fp8_dtype=E4M3, delayed=False):
 def ref_gemm(a, b, numerics, **kwargs):
     with gemm_numerics(numerics):
         return get_backend("reference").gemm(a, b, **kwargs)
-
-
-# ------------------------------------------------------------------ the context
-def test_default_is_exact_and_the_context_sets_and_restores():
-    assert refops.gemm_numerics() == "exact"
-    with refops.gemm_numerics("hopper") as name:
-        assert name == "hopper" and refops.gemm_numerics() == "hopper"
-        with refops.gemm_numerics("exact"):
-            assert refops.gemm_numerics() == "exact"
-        assert refops.gemm_numerics() == "hopper"
-    assert refops.gemm_numerics() == "exact"
-
-
-def test_the_context_restores_on_error():
-    with pytest.raises(KeyError):
-        with refops.gemm_numerics("hopper"):
-            raise KeyError
-    assert refops.gemm_numerics() == "exact"
-
-
-@pytest.mark.parametrize("name", ["Hopper", "tf32", "", 1])
-def test_an_unknown_name_is_a_value_error_naming_gemm_numerics(name):
-    with pytest.raises(ValueError, match="gemm_numerics"):
-        refops.gemm_numerics(name)
-
-
-def test_split_k_takes_1_or_auto_only():
-    with pytest.raises(ValueError, match="split_k"):
-        refops.gemm_numerics("hopper", split_k=2)
-
-
-def test_the_mode_is_process_wide_so_autograd_worker_threads_see_it():
-    seen = []
-    with refops.gemm_numerics("hopper"):
-        t = threading.Thread(target=lambda: seen.append(refops.gemm_numerics()))
-        t.start()
-        t.join()
-    assert seen == ["hopper"]
-
-
-def test_concurrent_entries_leave_the_default_behind():
-    barrier = threading.Barrier(8)
-    errors = []
-
-    def worker(i):
-        try:
-            barrier.wait()
-            for _ in range(50):
-                with refops.gemm_numerics("hopper" if i % 2 else "exact"):
-                    assert refops.gemm_numerics() in ("hopper", "exact")
-        except Exception as error:  # pragma: no cover
-            errors.append(error)
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors
-    assert refops.gemm_numerics() == "exact"  # every context closed: nothing stale, whatever the exit order
-
-
-def test_contexts_left_out_of_order_remove_only_themselves():
-    first, second = refops.gemm_numerics("hopper"), refops.gemm_numerics("exact")
-    first.__enter__()
-    second.__enter__()
-    assert refops.gemm_numerics() == "exact"
-    first.__exit__(None, None, None)  # another thread's context closes first
-    assert refops.gemm_numerics() == "exact"
-    second.__exit__(None, None, None)
-    assert refops.gemm_numerics() == "exact"
-    first.__enter__()
-    assert refops.gemm_numerics() == "hopper"
-    first.__exit__(None, None, None)
-    assert refops.gemm_numerics() == "exact"
 
 
 def test_roles_follow_te_layouts_and_recipes():

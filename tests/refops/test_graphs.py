@@ -33,7 +33,8 @@ def test_the_guard_refuses_a_changed_parameter(change):
     if change == "replace":
         first.basic_ops[0]._parameters["weight"] = torch.nn.Parameter(first.weight.detach().clone())
     elif change == "assign_load":
-        model.load_state_dict({k: v.clone() for k, v in model.state_dict().items()}, assign=True)
+        model.load_state_dict({k: v.clone() if isinstance(v, torch.Tensor) else v
+                               for k, v in model.state_dict().items()}, assign=True)
     elif change == "requires_grad":
         first.weight.requires_grad_(False)
     else:

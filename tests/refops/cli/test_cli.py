@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import pytest
@@ -83,8 +84,28 @@ def test_check_progress_and_summary_agree_skips_are_listed_and_the_worst_error_i
     assert "skipped: gelu nvfp4 float32: NVFP4 is checked in bfloat16 only" in out
     rows = [line for line in out.splitlines() if line.startswith("gelu ")]
     assert len(rows) == 3
-    assert "max_abs=" in rows[0] and "max_rel=" in rows[0] and "[rtol=" in rows[0]  # high precision: element-wise
-    assert "sqnr=" in rows[2] and "dB [SQNR >= 10 dB]" in rows[2]  # quantized: the SQNR and its floor
+    # High precision, element-wise: a pass says how much of the tolerance the worst element used, not a relative
+    # error of some tiny element (issue #37: ok rows printed max_rel=1.82e+02).
+    assert "% of the tolerance [rtol=" in rows[0] and "max_rel" not in rows[0]
+    assert re.search(r" dB \[SQNR >= 10 dB\]$", rows[2]) and "inf" not in rows[2]  # quantized: the SQNR, its floor
+
+
+def test_check_rows_say_what_was_compared_without_alarming_numbers():
+    """A pass reads as a pass; a failure gives the raw errors and how many elements are out."""
+    from refops.testing.check_matrix import _error_size
+    from refops.testing.tensor_report import compare_tensors
+
+    expected = torch.tensor([1.0, 1e-9, -2.0], dtype=torch.float64)
+    close = compare_tensors("output", expected + torch.tensor([0.01, 1e-9, 0.0], dtype=torch.float64), expected,
+                            tier="tolerance", rtol=0.25, atol=0.5)
+    assert close.max_rel_error > 0.9  # the element of 1e-9 is off by 100 %: within atol, and alarming to print
+    assert _error_size(close) == "1.3% of the tolerance [rtol=0.25, atol=0.5]"  # 0.01 / (0.5 + 0.25 * 1)
+    same = compare_tensors("output", expected, expected, tier="tolerance", rtol=0.25, atol=0.5)
+    assert _error_size(same) == "identical [rtol=0.25, atol=0.5]"
+    exact = compare_tensors("output", expected, expected, tier="sqnr", sqnr_floor_db=18)
+    assert _error_size(exact) == "identical [SQNR >= 18 dB]"  # not "sqnr=infdB"
+    off = compare_tensors("output", expected * 2, expected, tier="tolerance", rtol=0.25, atol=0.5)
+    assert _error_size(off) == "max_abs=2.00e+00 max_rel=1.00e+00, 2/3 elements out [rtol=0.25, atol=0.5]"
 
 
 def test_check_draws_no_progress_bar_into_redirected_output(capsys):
@@ -189,7 +210,7 @@ def test_run_check_matrix_returns_the_cases_that_ran_then_the_skipped_ones():
     assert results[-1].skipped == "NVFP4 is checked in bfloat16 only, as TE's tests do"
     assert [(done, total) for done, total, _ in seen] == [(1, 3), (2, 3), (3, 3)]
     assert seen[-1][2] == "gelu nvfp4 bfloat16: ok"
-    assert "sqnr=" in results[2].error and results[2].worst
+    assert results[2].error.endswith(" dB [SQNR >= 10 dB]") and results[2].worst
 
 
 def test_run_check_matrix_refuses_unknown_names():

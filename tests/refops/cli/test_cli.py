@@ -17,6 +17,10 @@ def test_trace_prints_every_step_and_the_identity_summary(capsys):
     out = capsys.readouterr().out
     assert "== construction" in out and "== training step 2" in out
     assert "materialize        BasicLinear.weight" in out
+    # Issue #37: each op named by its path in the model, the recipe by its name ("none": high precision).
+    assert "materialize        BasicLinear.weight  (op=1.basic_ops.0, " in out
+    assert "materialize        BasicLinear.weight  (op=3.basic_ops.0, " in out
+    assert "recipe_state       LayerNorm  (op=0, recipe=none)" in out and "NoneType" not in out
     assert "every parameter kept its identity through materialization: True" in out
     assert "holds the live parameters: True" in out
 
@@ -28,6 +32,25 @@ def test_trace_with_a_recipe_quantized_weights_and_a_mermaid_diagram(tmp_path, c
     assert "weights: MXFP8Tensor" in out
     text = diagram.read_text()
     assert text.startswith("sequenceDiagram") and "materialize weight" in text
+    svg = diagram.with_suffix(".svg")
+    assert f"view it offline: python3 -m mermaidx -i {diagram} -o {svg}, then open the SVG in a browser" in out
+
+
+def test_the_mermaid_view_command_renders_the_diagram_offline(tmp_path):
+    """The command ``--mermaid`` prints works as printed: mermaidx (docs and test extras) writes the SVG."""
+    pytest.importorskip("mermaidx", reason="mermaidx comes with the docs and test extras")
+    import shlex
+    import subprocess
+
+    from refops.cli.trace_cmd import mermaid_view_command
+
+    diagram = tmp_path / "a step.mmd"
+    assert main(["trace", "--steps", "1", "--mermaid", str(diagram)]) == 0
+    command = shlex.split(mermaid_view_command(diagram))
+    assert command[:3] == ["python3", "-m", "mermaidx"]
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a step.svg").read_text().startswith("<svg")
 
 
 def test_trace_distributed_runs_the_fsdp2_demo_on_two_ranks(capsys):
@@ -39,8 +62,8 @@ def test_trace_distributed_runs_the_fsdp2_demo_on_two_ranks(capsys):
     for rank in (0, 1):
         for phase in ("build on meta", "fully_shard, to_empty, reset_parameters", "training step 1", "training step 2"):
             assert f"== rank {rank}: {phase} (" in out, (rank, phase)
-    assert "materialize        BasicLinear.weight  (device=cpu, dtype=torch.float32, kept_identity=True, " \
-           "local_shape=[32, 32])" in out
+    assert "materialize        BasicLinear.weight  (op=1.basic_ops.0, device=cpu, dtype=torch.float32, " \
+           "kept_identity=True, local_shape=[32, 32])" in out
     assert "1.weight [32, 32]" in out  # rank 0 holds half the rows of the 64x32 weight
     assert "every parameter is still the same DTensor object: True" in out
     assert "full_tensor() equals a single-process eager build (bit for bit): True" in out
@@ -146,8 +169,9 @@ def test_trace_shows_each_weight_becoming_quantized(capsys):
     step = out[out.index("== training step 1"):out.index("== summary")]
     quantized = [line for line in step.splitlines() if "quantize_weight" in line]
     assert len(quantized) == 2, step  # both Linears' weights, at the first forward of the meta-built model
-    assert "quantize_weight    BasicLinear.weight  (format=MXFP8Tensor, recipe=MXFP8BlockScaling, " \
+    assert "quantize_weight    BasicLinear.weight  (op=1.basic_ops.0, format=MXFP8Tensor, recipe=MXFP8BlockScaling, " \
            "usages=[rowwise, columnwise])" in quantized[0]
+    assert "(op=3.basic_ops.0, " in quantized[1]
     lines = step.splitlines()
     first = next(i for i, line in enumerate(lines) if "quantize_weight" in line)
     assert "materialize        BasicLinear.weight" in lines[first + 1], "the weight is quantized, then placed"

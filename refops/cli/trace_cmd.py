@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def mermaid_view_command(diagram: pathlib.Path) -> str:
     """The command that renders ``diagram`` to an SVG beside it without network: mermaidx, the pinned Mermaid
-    renderer the docs extra installs (``docs/getting-started.md#reading-python-m-refops-trace``)."""
+    renderer the docs extra installs (``docs/getting-started.md#reading-python--m-refops-trace``)."""
     svg = diagram.with_suffix(".svg")
     return f"python3 -m mermaidx -i {shlex.quote(str(diagram))} -o {shlex.quote(str(svg))}"
 

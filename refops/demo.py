@@ -11,7 +11,7 @@ import torch
 from . import ops
 from .ops.placement import default_parameter_device
 from .quantization.state import autocast, quantized_model_init
-from .trace import trace
+from .trace import instance_names, trace
 
 __all__ = ["DemoResult", "build_demo_model", "run_demo"]
 
@@ -30,7 +30,8 @@ def build_demo_model(device: torch.device | str, hidden: int = HIDDEN, ffn: int 
 
 @dataclasses.dataclass
 class DemoResult:
-    """What happened: the trace of construction and of each step, the losses, and the identity checks."""
+    """What happened: the trace of construction and of each step, the losses, the identity checks, and each op's
+    path in the model (``op_names``, for ``trace.render_text``)."""
 
     step_traces: list[trace]
     losses: list[float]
@@ -38,6 +39,8 @@ class DemoResult:
     optimizer_holds_live_parameters: bool
     devices: set[str]
     weight_type: str
+    #: ``id(op) -> its path in the model`` (``"1.basic_ops.0"``): :func:`refops.trace.instance_names`.
+    op_names: dict[int, str] = dataclasses.field(default_factory=dict)
 
 
 def run_demo(
@@ -77,4 +80,5 @@ def run_demo(
         optimizer_holds_live_parameters=held == {id(p) for p in model.parameters()},
         devices={str(p.device) for p in model.parameters()},
         weight_type=type(model[1].weight).__name__,
+        op_names=instance_names(model),
     )

@@ -8,15 +8,15 @@ Example::
 
     with refops.trace() as t:
         model(x).sum().backward()
-    print(t.render_text())
+    print(t.render_text(instance_names(model)))  # each op named by its path in the model
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
-__all__ = ["Event", "EVENT_KINDS", "trace", "record", "is_tracing"]
+__all__ = ["Event", "EVENT_KINDS", "trace", "record", "is_tracing", "instance_names", "recipe_name"]
 
 #: Every event kind the library emits, in the order they first occur in a
 #: typical training step. The docs and the trace renderer rely on this list.
@@ -43,8 +43,9 @@ class Event:
 
     ``instance`` tells apart two objects of one class (the two ``BasicLinear`` of an MLP):
     ``id()`` of the op the event is about, or None. It is not part of the event's value
-    (two runs of one model give equal events) and not shown in the text; the Mermaid
-    rendering draws one lifeline per instance.
+    (two runs of one model give equal events); :meth:`trace.render_text` shows it as the
+    ``op=`` label (:meth:`trace.instance_labels`), and the Mermaid rendering draws one
+    lifeline per instance.
     """
 
     kind: str
@@ -52,15 +53,31 @@ class Event:
     details: dict[str, Any]
     instance: Optional[int] = dataclasses.field(default=None, compare=False, repr=False)
 
-    def __str__(self) -> str:
-        extra = ", ".join(f"{k}={_fmt(v)}" for k, v in self.details.items())
+    def describe(self, op: Optional[str] = None) -> str:
+        """One line: the kind, the subject and the details, led by ``op=<op>`` when the op's label is given."""
+        fields = ([f"op={op}"] if op else []) + [f"{k}={_fmt(v)}" for k, v in self.details.items()]
+        extra = ", ".join(fields)
         return f"{self.kind:<18} {self.subject}" + (f"  ({extra})" if extra else "")
+
+    def __str__(self) -> str:
+        return self.describe()
 
 
 def _fmt(value: Any) -> str:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_fmt(v) for v in value) + "]"
     return str(value)
+
+
+def recipe_name(recipe: Any) -> str:
+    """How events name a recipe: its class name (``DelayedScaling``), or ``"none"`` for high precision."""
+    return "none" if recipe is None else type(recipe).__name__
+
+
+def instance_names(module: Any) -> dict[int, str]:
+    """``{id(op): its path in module}`` for every submodule, e.g. ``"1.basic_ops.0"`` for the ``BasicLinear`` of
+    a Sequential's second op: the name ``module.get_submodule`` takes. For :meth:`trace.render_text`."""
+    return {id(m): name for name, m in module.named_modules() if name}
 
 
 _active: list["trace"] = []
@@ -113,9 +130,35 @@ class trace:
         """The recorded events of one kind, in order."""
         return [e for e in self.events if e.kind == kind]
 
-    def render_text(self) -> str:
-        """One line per event, numbered."""
-        return "\n".join(f"{i:3d}. {e}" for i, e in enumerate(self.events, 1))
+    def instance_labels(self, names: Optional[Mapping[int, str]] = None) -> dict[int, str]:
+        """A label for each op instance the events name, so that two ops of one class can be told apart.
+
+        An instance in ``names`` (``id(op) -> name``, such as :func:`instance_names` of the model) is labelled
+        with its name. Any other instance of a class with several instances in this trace is numbered in order
+        of appearance, ``"BasicLinear 1"``, ``"BasicLinear 2"`` (as :meth:`render_mermaid` names its lifelines);
+        the only instance of its class needs no label and gets none.
+        """
+        names = names or {}
+        seen: dict[str, list[int]] = {}  # class -> unnamed instances, in order of appearance
+        for e in self.events:
+            if e.instance is not None and e.instance not in names:
+                owner = e.subject.partition(".")[0]
+                instances = seen.setdefault(owner, [])
+                if e.instance not in instances:
+                    instances.append(e.instance)
+        labels = {i: f"{owner} {n}" for owner, instances in seen.items() if len(instances) > 1
+                  for n, i in enumerate(instances, 1)}
+        used = {e.instance for e in self.events}
+        return {**labels, **{i: name for i, name in names.items() if i in used}}
+
+    def lines(self, names: Optional[Mapping[int, str]] = None) -> list[str]:
+        """One line per event (:meth:`Event.describe`), each op labelled by :meth:`instance_labels`."""
+        labels = self.instance_labels(names)
+        return [e.describe(labels.get(e.instance)) for e in self.events]
+
+    def render_text(self, names: Optional[Mapping[int, str]] = None) -> str:
+        """One line per event, numbered; ``names`` as for :meth:`instance_labels`."""
+        return "\n".join(f"{i:3d}. {line}" for i, line in enumerate(self.lines(names), 1))
 
     #: Words a Mermaid sequence diagram reserves, and the ids of the renderer's own participants.
     _MERMAID_KEYWORDS = frozenset({

@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         from importlib.metadata import version
     except Exception as error:  # noqa: BLE001  (any failure to import TE means: not here)
         print(f"te_lifecycle_repros: needs TransformerEngine ({type(error).__name__}: {error}); install it with: "
-              "pip install --no-build-isolation transformer_engine[pytorch]", file=sys.stderr)
+              "pip install --no-build-isolation 'transformer_engine[pytorch]'", file=sys.stderr)
         return 2
     if not torch.cuda.is_available():
         print("te_lifecycle_repros: needs a CUDA GPU (TransformerEngine's ops run there); none is visible",

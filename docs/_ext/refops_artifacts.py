@@ -5,9 +5,10 @@ On ``builder-inited`` it writes into ``docs/_generated/`` (``refops_artifacts_di
 * ``lifecycle-first-step.mmd``: the Mermaid sequence diagram of a real trace, the first
   training step of a meta-built model (:mod:`lifecycle_diagram`);
 * ``format-*.png``: the representable grid of each element format (:mod:`format_figures`);
-* ``error-*.png``: quantization error against block amax, per recipe (:mod:`error_figures`).
+* ``error-*.png``: quantization error against block amax, per recipe (:mod:`error_figures`);
+* ``sample-*.txt``: the sample outputs of the commands the pages show, from running them (:mod:`sample_outputs`).
 
-Pages include them with ``{mermaid}`` and ``{figure}`` directives. A file is rewritten only
+Pages include them with ``{mermaid}``, ``{figure}`` and ``{literalinclude}`` directives. A file is rewritten only
 when its bytes change, so an unchanged artifact does not make Sphinx re-read its pages.
 The folder holds its own ``.gitignore``: generated files are never committed.
 """
@@ -25,6 +26,7 @@ from sphinx.util import logging
 import error_figures
 import format_figures
 import lifecycle_diagram
+import sample_outputs
 
 __all__ = ["ARTIFACTS", "generate_all", "write_if_changed", "setup"]
 
@@ -35,6 +37,7 @@ ARTIFACTS: dict[str, Callable[[], bytes]] = {
     lifecycle_diagram.FILE_NAME: lifecycle_diagram.diagram_bytes,
     **format_figures.FIGURES,
     **error_figures.FIGURES,
+    **sample_outputs.SAMPLES,
 }
 
 

@@ -40,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     progress.close()
     ran = [r for r in results if not r.skipped]
     skipped = [r for r in results if r.skipped]
-    print(f"{'op':<12}{'recipe':<22}{'dtype':<10}{'result':<8}{'seconds':>8}  {'worst comparison':<24}error")
+    print(f"{'op':<12}{'recipe':<22}{'dtype':<10}{'result':<8}{'seconds':>8}  {'worst comparison':<24}"
+          "measured [criterion]")
     for r in ran:
         print(f"{r.op:<12}{r.recipe:<22}{r.dtype:<10}{'ok' if r.passed else 'FAIL':<8}{r.seconds:>8.2f}  "
               f"{r.worst:<24}{r.error}")

@@ -41,7 +41,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
         help="check the installed TransformerEngine against refops on this GPU, every tier of the oracle",
         description="Run the oracle's quantizer, module and lifecycle tiers with TransformerEngine as the "
                     "candidate, on this machine's CUDA GPU. Needs TransformerEngine "
-                    "(pip install --no-build-isolation transformer_engine[pytorch]).",
+                    "(pip install --no-build-isolation 'transformer_engine[pytorch]').",
     )
     p.add_argument("--tiers", nargs="+", choices=TIERS, default=list(TIERS), help="only these tiers")
     p.add_argument("--recipes", nargs="+", choices=RECIPE_CHOICES,

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import pathlib
+import shlex
 import sys
 
 from ..demo import run_demo
 from ..testing.recipes import RECIPE_NAMES, TEST_RECIPES_NOTE, make_recipe, recipe_settings
 from .arguments import at_least, output_file, refuse
 
-__all__ = ["add_parser"]
+__all__ = ["add_parser", "mermaid_view_command"]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -27,6 +29,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def mermaid_view_command(diagram: pathlib.Path) -> str:
+    """The command that renders ``diagram`` to an SVG beside it without network: mermaidx, the pinned Mermaid
+    renderer the docs extra installs (``docs/getting-started.md#reading-python--m-refops-trace``)."""
+    svg = diagram.with_suffix(".svg")
+    return f"python3 -m mermaidx -i {shlex.quote(str(diagram))} -o {shlex.quote(str(svg))}"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.distributed is not None:
         return run_distributed(args)
@@ -41,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     titles = ["construction"] + [f"training step {i}" for i in range(1, args.steps + 1)]
     for title, t in zip(titles, result.step_traces):
         print(f"== {title} ({len(t.events)} events)")
-        print(t.render_text() or "   (no lifecycle events)")
+        print(t.render_text(result.op_names) or "   (no lifecycle events)")
     print("== summary")
     print(f"recipe: {args.recipe or 'none (high precision)'}; weights: {result.weight_type}")
     print(f"losses: {', '.join(f'{loss:.5f}' for loss in result.losses)}")
@@ -56,6 +65,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"refops trace: error: could not write {args.mermaid}: {error.strerror or error}", file=sys.stderr)
             return 2
         print(f"wrote the first training step as a Mermaid diagram to {args.mermaid}")
+        print(f"view it offline: {mermaid_view_command(args.mermaid)}, then open the SVG in a browser "
+              "(mermaidx comes with the docs and test extras)")
     return 0 if result.parameters_kept_identity and result.optimizer_holds_live_parameters else 1
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import torch
 
+from ..trace import instance_names
 from ..trace import trace as lifecycle_trace
 from .launch import run_on_ranks
 
@@ -59,7 +60,7 @@ def _rank_demo(rank: int, world_size: int, steps: int) -> RankReport:
     torch.manual_seed(SEED)
     with lifecycle_trace() as t:
         model = _model("meta")
-    phases.append(("build on meta", [str(e) for e in t.events]))
+    phases.append(("build on meta", t.lines(instance_names(model))))
 
     fully_shard(model, mesh=init_device_mesh("cpu", (world_size,)))
     model.to_empty(device="cpu")
@@ -67,7 +68,7 @@ def _rank_demo(rank: int, world_size: int, steps: int) -> RankReport:
     torch.manual_seed(SEED)  # the construction RNG state: the same on every rank
     with lifecycle_trace() as t:
         reset_parameter_owners(model)
-    phases.append(("fully_shard, to_empty, reset_parameters", [str(e) for e in t.events]))
+    phases.append(("fully_shard, to_empty, reset_parameters", t.lines(instance_names(model))))
 
     torch.manual_seed(SEED)
     eager = _model("cpu")
@@ -89,7 +90,7 @@ def _rank_demo(rank: int, world_size: int, steps: int) -> RankReport:
         total = loss.detach().clone()
         torch.distributed.all_reduce(total)
         losses.append(total.item() / world_size)
-        phases.append((f"training step {step}", [str(e) for e in t.events]))
+        phases.append((f"training step {step}", t.lines(instance_names(model))))
     after = dict(model.named_parameters())
     return RankReport(
         rank=rank,

@@ -103,7 +103,7 @@ class OperationFuser:
         """Step 1. Invariant: every basic op's quantizers match ``recipe`` (none for None)."""
         for op in self._basic_ops:
             op.reset_recipe_state(recipe=recipe)
-            trace.record("recipe_state", type(op).__name__, instance=op, recipe=type(recipe).__name__)
+            trace.record("recipe_state", type(op).__name__, instance=op, recipe=trace.recipe_name(recipe))
 
     def _run_first_forward_hooks(self) -> None:
         """Step 2. Invariant: no parameter is on meta and container aliases are in sync.

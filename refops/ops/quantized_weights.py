@@ -99,7 +99,7 @@ class QuantizedWeights(torch.nn.Module):
             f"{type(self).__name__}.{name}",
             instance=self,
             format=type(quantized).__name__,
-            recipe=type(self._quantized_weight_recipe).__name__,
+            recipe=trace.recipe_name(self._quantized_weight_recipe),
             usages=[u for u in ("rowwise", "columnwise") if getattr(quantizer, f"{u}_usage")],
         )
         if self._keep_high_precision_init_val:

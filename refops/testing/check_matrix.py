@@ -11,6 +11,7 @@ pipeline), quantized cases above an SQNR floor (18 dB for FP8, 10 dB for NVFP4).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Callable, Optional, Sequence
 
@@ -93,7 +94,8 @@ class CaseResult:
     passed: bool
     worst: str
     seconds: float
-    #: The worst comparison's error: max abs/rel error (element-wise tiers) or SQNR, with its criterion.
+    #: What the worst comparison measured, with its criterion in brackets: a pass gives the share of the tolerance
+    #: its worst element used (element-wise tiers) or the SQNR; a failure the max abs/rel errors and elements out.
     error: str = ""
     #: Why the case did not run ("" when it ran).
     skipped: str = ""
@@ -106,19 +108,45 @@ def _skip_reason(recipe_name: Optional[str], dtype_name: str) -> str:
     return ""
 
 
+def _distance(c) -> float:
+    """How close a comparison is to failing, larger is closer: minus the SQNR ('sqnr' tier), the share of its
+    bound the worst element uses (element-wise tiers; the largest relative error where that is not known)."""
+    if c.tier == "sqnr":
+        return -c.sqnr_db
+    return c.max_rel_error if c.tolerance_used is None else c.tolerance_used
+
+
 def _worst(report):
     """The comparison furthest from passing: among the failures if any, else among the comparisons of the
-    output's tier, the largest relative error (element-wise tiers) or the lowest SQNR (the 'sqnr' tier)."""
+    output's tier, the one closest to its limit (:func:`_distance`)."""
     tier = report["output"].tier
     same = report.failures or [c for c in report.comparisons if c.tier == tier] or report.comparisons
-    return max(same, key=lambda c: -c.sqnr_db if c.tier == "sqnr" else c.max_rel_error)
+    return max(same, key=_distance)
 
 
 def _error_size(c) -> str:
-    """How far the comparison is from passing, in its own tier's terms."""
+    """What the comparison measured, against its criterion. A pass says how close it came (the share of the
+    tolerance the worst element used, or the SQNR): a relative error of a tiny element says nothing there.
+    A failure adds the raw errors and how many elements are out."""
     if c.tier == "sqnr":
-        return f"sqnr={c.sqnr_db:.1f}dB [{c.criterion}]"
-    return f"max_abs={c.max_abs_error:.2e} max_rel={c.max_rel_error:.2e} [{c.criterion}]"
+        quality = "identical" if math.isinf(c.sqnr_db) and c.sqnr_db > 0 else f"{c.sqnr_db:.1f} dB"
+        return f"{quality} [{c.criterion}]"
+    if c.passed:
+        if c.max_abs_error == 0:
+            return f"identical [{c.criterion}]"
+        if c.tolerance_used is not None:
+            return f"{_share(c.tolerance_used)} of the tolerance [{c.criterion}]"
+    out = f", {c.num_mismatches}/{c.numel} elements out" if c.num_mismatches else ""
+    return f"max_abs={c.max_abs_error:.2e} max_rel={c.max_rel_error:.2e}{out} [{c.criterion}]"
+
+
+def _share(used: float) -> str:
+    """``0.004`` -> ``"0.4%"``, ``0.35`` -> ``"35%"``: two significant digits below 10 %, whole percents above,
+    ``"under 0.1%"`` below that."""
+    percent = 100 * used
+    if percent < 0.1:
+        return "under 0.1%"
+    return f"{percent:.2g}%" if percent < 10 else f"{percent:.0f}%"
 
 
 def _float64_twin(module: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:

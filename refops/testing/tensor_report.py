@@ -55,6 +55,9 @@ class TensorComparison:
     #: Under the module tier's "numerics" criterion: each side's SQNR (dB) against the float64 twin.
     candidate_to_float64_db: Optional[float] = None
     reference_to_float64_db: Optional[float] = None
+    #: Under the "tolerance" tier: how much of its bound the worst element uses, the largest
+    #: ``|a - e| / (atol + rtol * |e|)`` (at most 1 passes; inf for a NaN on one side only). None in other tiers.
+    tolerance_used: Optional[float] = None
     #: For a failure: one line of diagnosis, starting "why:".
     why: str = ""
     #: Under the module tier: what was compared ("value", "bytes", "state", "consistency", "metamorphic") and
@@ -123,16 +126,23 @@ def compare_tensors(
         mismatch = (a != e) & ~both_nan
         mismatch |= torch.signbit(a) != torch.signbit(e)
         criterion = "bit-exact values"
+        tolerance_used = None
     else:
-        mismatch = diff > atol + rtol * e.abs()
-        mismatch |= torch.isnan(a) != torch.isnan(e)
+        bound = atol + rtol * e.abs()
+        mismatch = diff > bound
+        one_nan = torch.isnan(a) != torch.isnan(e)
+        mismatch |= one_nan
         criterion = f"rtol={rtol:g}, atol={atol:g}"
+        used = torch.where(diff == 0, torch.zeros_like(diff), diff / bound)  # x / 0 = inf: out of a zero bound
+        used = torch.where(one_nan, torch.full_like(used, math.inf), used)
+        tolerance_used = float(used.max().item()) if used.numel() else 0.0
     quality = sqnr_db(torch.where(both_nan, 0, a), torch.where(both_nan, 0, e))
     passed = not bool(mismatch.any())
     if tier == "sqnr":  # a whole-tensor criterion: no element is a "mismatch"
         passed = quality >= sqnr_floor_db
         criterion = f"SQNR >= {sqnr_floor_db:g} dB"
         mismatch = torch.zeros_like(mismatch)
+        tolerance_used = None
     indices = torch.nonzero(mismatch)[:max_reported]
     return TensorComparison(
         name=name,
@@ -145,4 +155,5 @@ def compare_tensors(
         numel=a.numel(),
         first_mismatches=tuple(tuple(int(i) for i in idx) for idx in indices.tolist()),
         criterion=criterion,
+        tolerance_used=tolerance_used,
     )

@@ -120,6 +120,18 @@ def test_every_section_the_code_cites_is_an_anchor_of_its_built_page(site):
             missing.append(f"{c.where}: {c.text}")
     assert not missing, "cited sections without an anchor in the built pages:\n" + "\n".join(missing)
 
+@pytest.mark.parametrize("page, sample", [("getting-started.html", "sample-trace-construction.txt"),
+                                          ("getting-started.html", "sample-trace-step.txt"),
+                                          ("getting-started.html", "sample-check.txt"),
+                                          ("conformance.html", "sample-conformance-unavailable.txt")])
+def test_pages_show_the_sample_outputs_this_build_generated(site, page, sample):
+    """Issue #37: a sample copied by hand went stale; now the build runs the command and the page includes it."""
+    generated = (DOCS / "_generated" / sample).read_text()
+    text = html.unescape(re.sub(r"<[^>]+>", "", (site / page).read_text()))
+    missing = [line for line in generated.splitlines() if line.strip() and line not in text]
+    assert not missing, f"{page} does not show these lines of {sample}: {missing[:3]}"
+
+
 def test_generated_artifacts_stay_out_of_git(site):
     ignore = DOCS / "_generated" / ".gitignore"
     assert ignore.exists() and ignore.read_text().splitlines()[-1] == "*"

@@ -121,6 +121,11 @@ class NvccBuilds:
     def result(self, build: Build) -> Built:
         return self.start(build).result()
 
+    def unfinished(self) -> int:
+        """How many of the builds started so far are still queued or running."""
+        with self._lock:
+            return sum(not future.done() for future in self._futures.values())
+
     def close(self) -> None:
         """Cancel queued builds and stop running nvcc processes (a session that ends early does not wait on them)."""
         with self._lock:

@@ -9,6 +9,7 @@ while the rest of the suite runs; results are cached on disk by content.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import pytest
@@ -18,6 +19,7 @@ import fastpath
 from refops.kernels import get_backend, register_backend
 
 _BUILDS = pytest.StashKey[NvccBuilds]()
+_ANNOUNCED = pytest.StashKey[bool]()
 
 # Works from a source checkout too (no installed entry point needed).
 register_backend("fastpath", fastpath.make_backend)
@@ -95,6 +97,32 @@ def pytest_collection_finish(session):
     builds = session.config.stash[_BUILDS] = NvccBuilds(found, os.cpu_count() or 1, cache_dir())
     for build in wanted:
         builds.start(build)
+
+
+def compile_checks_line(config: pytest.Config, items: list[pytest.Item]) -> str:
+    """The line printed before the first compile check: what runs now and why it may be quiet for a while."""
+    total = sum(1 for item in items if item.get_closest_marker("compile"))
+    builds = config.stash.get(_BUILDS, None)
+    unfinished = "" if builds is None else f", {builds.unfinished()} nvcc builds still running"
+    where = cache_dir()
+    cached = f"cached by content in {where}" if where is not None else "the cache is off (REFOPS_NVCC_CACHE=off)"
+    return (f"refops: {total} nvcc compile checks of the CUDA kernels run now{unfinished}; uncached they take about "
+            f"1.5 minutes on 2 cores, with no output meanwhile ({cached}; -m \"not compile\" leaves them out)")
+
+
+def pytest_runtest_setup(item):
+    """Before the first compile check, one line on the terminal: the builds can take a minute or two in silence."""
+    if not item.get_closest_marker("compile") or item.config.stash.get(_ANNOUNCED, False):
+        return
+    item.config.stash[_ANNOUNCED] = True
+    reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+    capture = item.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is None:
+        return
+    writer = getattr(reporter, "_tw", None)  # mid-line after the progress dots (-q) or a test's name (-v)
+    mid_line = writer is None or writer.width_of_current_line > 0
+    with capture.global_and_fixture_disabled() if capture is not None else contextlib.nullcontext():
+        reporter.write(("\n" if mid_line else "") + compile_checks_line(item.config, item.session.items) + "\n")
 
 
 def pytest_sessionfinish(session):

@@ -94,3 +94,18 @@ def test_inlined_source_compiles_to_the_same_ptx(path, nvcc_builds):
     assert from_file.ok and inlined.ok, from_file.output + inlined.output
     assert from_file.ptx and inlined.ptx, f"{path.name}: nvcc wrote no PTX"
     assert from_file.ptx == inlined.ptx, f"{path.name}: inlining its headers changed the generated code"
+
+
+def test_a_line_announces_the_compile_checks_before_they_start(tmp_path):
+    """Issue #37: the compile checks ran about 1.5 minutes at the end of the suite without a word."""
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "CUDA_HOME", "CUDA_PATH")}
+    env["PATH"] = str(tmp_path)  # no nvcc: the checks skip, and the line comes before them all the same
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/fastpath/test_compile.py",
+           "-k", "test_kernel_sources_exist or test_compiles_for_sm90"]
+    done = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    announced = [i for i, line in enumerate(lines) if line.startswith("refops: ")]
+    assert len(announced) == 1, done.stdout
+    assert lines[announced[0]].startswith(f"refops: {len(FILES)} nvcc compile checks of the CUDA kernels run now")
+    assert lines[announced[0] - 1] == ".", "the line comes after the test before the compile checks, on its own line"

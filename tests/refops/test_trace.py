@@ -264,3 +264,34 @@ def test_eager_quantized_weights_are_quantized_at_construction(device):
                              "usages": ["rowwise", "columnwise"]}
     lines = t.render_mermaid().splitlines()
     assert "    BasicLinear->>BasicLinear: quantize weight to Float8Tensor (rowwise, columnwise)" in lines
+
+
+# ------------------------------------------------------ issue #37: the text names the recipe and the op instance
+def test_recipe_state_names_the_recipe_or_none(device):
+    model = te.ops.Sequential(te.ops.Linear(32, 32, device="meta"))
+    with te.trace(kinds=["recipe_state"]) as plain:
+        model(torch.randn(32, 32, device=device))
+    assert {e.details["recipe"] for e in plain.events} == {"none"}, "high precision read recipe=NoneType"
+    fp8 = te.ops.Sequential(te.ops.Linear(32, 32, device="meta"))
+    with te.trace(kinds=["recipe_state"]) as quantized, te.autocast(recipe=te.recipe.Float8CurrentScaling()):
+        fp8(torch.randn(32, 32, device=device))
+    assert {e.details["recipe"] for e in quantized.events} == {"Float8CurrentScaling"}
+
+
+def test_text_names_each_op_instance_by_its_path_or_its_number(device):
+    from refops.trace import instance_names
+
+    model = te.ops.Sequential(te.ops.Linear(8, 8, device="meta"), te.ops.GELU(), te.ops.Linear(8, 4, device="meta"))
+    with te.trace(kinds=["materialize"]) as t:
+        model(torch.randn(2, 8, device=device))
+    weights = [line for line in t.render_text(instance_names(model)).splitlines() if "BasicLinear.weight" in line]
+    assert [line.split("(op=")[1].split(",")[0] for line in weights] == ["0.basic_ops.0", "2.basic_ops.0"]
+    # Without names, the instances of a class are numbered as the Mermaid lifelines are; a lone one gets no label.
+    numbered = t.render_text().splitlines()
+    assert [line.split("(op=")[1].split(",")[0] for line in numbered if "BasicLinear.weight" in line] == [
+        "BasicLinear 1", "BasicLinear 2"]
+    one = te.ops.Sequential(te.ops.Linear(8, 4, device="meta"))
+    with te.trace(kinds=["materialize"]) as alone:
+        one(torch.randn(2, 8, device=device))
+    assert "op=" not in alone.render_text()
+    assert t.instance_labels(instance_names(model)).keys() == {e.instance for e in t.events}

@@ -15,7 +15,7 @@ from types import ModuleType
 __all__ = ["INSTALL_HINT", "TransformerEngineUnavailable", "TransformerEngine", "import_te"]
 
 #: How to install TransformerEngine's PyTorch package (its extension builds against the installed torch).
-INSTALL_HINT = "pip install --no-build-isolation transformer_engine[pytorch]"
+INSTALL_HINT = "pip install --no-build-isolation 'transformer_engine[pytorch]'"
 
 
 class TransformerEngineUnavailable(ImportError):

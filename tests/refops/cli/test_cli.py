@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sys
 
 import pytest
@@ -16,6 +17,10 @@ def test_trace_prints_every_step_and_the_identity_summary(capsys):
     out = capsys.readouterr().out
     assert "== construction" in out and "== training step 2" in out
     assert "materialize        BasicLinear.weight" in out
+    # Issue #37: each op named by its path in the model, the recipe by its name ("none": high precision).
+    assert "materialize        BasicLinear.weight  (op=1.basic_ops.0, " in out
+    assert "materialize        BasicLinear.weight  (op=3.basic_ops.0, " in out
+    assert "recipe_state       LayerNorm  (op=0, recipe=none)" in out and "NoneType" not in out
     assert "every parameter kept its identity through materialization: True" in out
     assert "holds the live parameters: True" in out
 
@@ -27,6 +32,25 @@ def test_trace_with_a_recipe_quantized_weights_and_a_mermaid_diagram(tmp_path, c
     assert "weights: MXFP8Tensor" in out
     text = diagram.read_text()
     assert text.startswith("sequenceDiagram") and "materialize weight" in text
+    svg = diagram.with_suffix(".svg")
+    assert f"view it offline: python3 -m mermaidx -i {diagram} -o {svg}, then open the SVG in a browser" in out
+
+
+def test_the_mermaid_view_command_renders_the_diagram_offline(tmp_path):
+    """The command ``--mermaid`` prints works as printed: mermaidx (docs and test extras) writes the SVG."""
+    pytest.importorskip("mermaidx", reason="mermaidx comes with the docs and test extras")
+    import shlex
+    import subprocess
+
+    from refops.cli.trace_cmd import mermaid_view_command
+
+    diagram = tmp_path / "a step.mmd"
+    assert main(["trace", "--steps", "1", "--mermaid", str(diagram)]) == 0
+    command = shlex.split(mermaid_view_command(diagram))
+    assert command[:3] == ["python3", "-m", "mermaidx"]
+    done = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "a step.svg").read_text().startswith("<svg")
 
 
 def test_trace_distributed_runs_the_fsdp2_demo_on_two_ranks(capsys):
@@ -38,8 +62,8 @@ def test_trace_distributed_runs_the_fsdp2_demo_on_two_ranks(capsys):
     for rank in (0, 1):
         for phase in ("build on meta", "fully_shard, to_empty, reset_parameters", "training step 1", "training step 2"):
             assert f"== rank {rank}: {phase} (" in out, (rank, phase)
-    assert "materialize        BasicLinear.weight  (device=cpu, dtype=torch.float32, kept_identity=True, " \
-           "local_shape=[32, 32])" in out
+    assert "materialize        BasicLinear.weight  (op=1.basic_ops.0, device=cpu, dtype=torch.float32, " \
+           "kept_identity=True, local_shape=[32, 32])" in out
     assert "1.weight [32, 32]" in out  # rank 0 holds half the rows of the 64x32 weight
     assert "every parameter is still the same DTensor object: True" in out
     assert "full_tensor() equals a single-process eager build (bit for bit): True" in out
@@ -83,8 +107,28 @@ def test_check_progress_and_summary_agree_skips_are_listed_and_the_worst_error_i
     assert "skipped: gelu nvfp4 float32: NVFP4 is checked in bfloat16 only" in out
     rows = [line for line in out.splitlines() if line.startswith("gelu ")]
     assert len(rows) == 3
-    assert "max_abs=" in rows[0] and "max_rel=" in rows[0] and "[rtol=" in rows[0]  # high precision: element-wise
-    assert "sqnr=" in rows[2] and "dB [SQNR >= 10 dB]" in rows[2]  # quantized: the SQNR and its floor
+    # High precision, element-wise: a pass says how much of the tolerance the worst element used, not a relative
+    # error of some tiny element (issue #37: ok rows printed max_rel=1.82e+02).
+    assert "% of the tolerance [rtol=" in rows[0] and "max_rel" not in rows[0]
+    assert re.search(r" dB \[SQNR >= 10 dB\]$", rows[2]) and "inf" not in rows[2]  # quantized: the SQNR, its floor
+
+
+def test_check_rows_say_what_was_compared_without_alarming_numbers():
+    """A pass reads as a pass; a failure gives the raw errors and how many elements are out."""
+    from refops.testing.check_matrix import _error_size
+    from refops.testing.tensor_report import compare_tensors
+
+    expected = torch.tensor([1.0, 1e-9, -2.0], dtype=torch.float64)
+    close = compare_tensors("output", expected + torch.tensor([0.01, 1e-9, 0.0], dtype=torch.float64), expected,
+                            tier="tolerance", rtol=0.25, atol=0.5)
+    assert close.max_rel_error > 0.9  # the element of 1e-9 is off by 100 %: within atol, and alarming to print
+    assert _error_size(close) == "1.3% of the tolerance [rtol=0.25, atol=0.5]"  # 0.01 / (0.5 + 0.25 * 1)
+    same = compare_tensors("output", expected, expected, tier="tolerance", rtol=0.25, atol=0.5)
+    assert _error_size(same) == "identical [rtol=0.25, atol=0.5]"
+    exact = compare_tensors("output", expected, expected, tier="sqnr", sqnr_floor_db=18)
+    assert _error_size(exact) == "identical [SQNR >= 18 dB]"  # not "sqnr=infdB"
+    off = compare_tensors("output", expected * 2, expected, tier="tolerance", rtol=0.25, atol=0.5)
+    assert _error_size(off) == "max_abs=2.00e+00 max_rel=1.00e+00, 2/3 elements out [rtol=0.25, atol=0.5]"
 
 
 def test_check_draws_no_progress_bar_into_redirected_output(capsys):
@@ -125,8 +169,9 @@ def test_trace_shows_each_weight_becoming_quantized(capsys):
     step = out[out.index("== training step 1"):out.index("== summary")]
     quantized = [line for line in step.splitlines() if "quantize_weight" in line]
     assert len(quantized) == 2, step  # both Linears' weights, at the first forward of the meta-built model
-    assert "quantize_weight    BasicLinear.weight  (format=MXFP8Tensor, recipe=MXFP8BlockScaling, " \
+    assert "quantize_weight    BasicLinear.weight  (op=1.basic_ops.0, format=MXFP8Tensor, recipe=MXFP8BlockScaling, " \
            "usages=[rowwise, columnwise])" in quantized[0]
+    assert "(op=3.basic_ops.0, " in quantized[1]
     lines = step.splitlines()
     first = next(i for i, line in enumerate(lines) if "quantize_weight" in line)
     assert "materialize        BasicLinear.weight" in lines[first + 1], "the weight is quantized, then placed"
@@ -189,7 +234,7 @@ def test_run_check_matrix_returns_the_cases_that_ran_then_the_skipped_ones():
     assert results[-1].skipped == "NVFP4 is checked in bfloat16 only, as TE's tests do"
     assert [(done, total) for done, total, _ in seen] == [(1, 3), (2, 3), (3, 3)]
     assert seen[-1][2] == "gelu nvfp4 bfloat16: ok"
-    assert "sqnr=" in results[2].error and results[2].worst
+    assert results[2].error.endswith(" dB [SQNR >= 10 dB]") and results[2].worst
 
 
 def test_run_check_matrix_refuses_unknown_names():

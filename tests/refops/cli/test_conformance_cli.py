@@ -59,7 +59,7 @@ def test_without_a_gpu_it_names_transformer_engine_and_exits_2_without_a_traceba
     lines = done.stderr.strip().splitlines()
     assert lines[0].startswith("refops conformance: checks TransformerEngine on a CUDA GPU, and no CUDA GPU is "
                                "visible to torch here")
-    assert any("pip install --no-build-isolation transformer_engine[pytorch]" in line for line in lines), lines
+    assert any("pip install --no-build-isolation 'transformer_engine[pytorch]'" in line for line in lines), lines
 
 
 def test_without_te_it_says_how_to_install_it(monkeypatch, capsys):
@@ -68,7 +68,7 @@ def test_without_te_it_says_how_to_install_it(monkeypatch, capsys):
     err = capsys.readouterr().err.strip()
     assert err.startswith("refops conformance: needs TransformerEngine, which is not installed here "
                           "(ModuleNotFoundError: ")
-    assert err.endswith("; install it with: pip install --no-build-isolation transformer_engine[pytorch]")
+    assert err.endswith("; install it with: pip install --no-build-isolation 'transformer_engine[pytorch]'")
     assert len(err.splitlines()) == 1
 
 

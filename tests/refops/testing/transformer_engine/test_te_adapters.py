@@ -67,7 +67,7 @@ def test_importing_the_adapters_does_not_import_transformer_engine():
             "print(t.INSTALL_HINT)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "pip install --no-build-isolation transformer_engine[pytorch]"
+    assert done.stdout.strip() == "pip install --no-build-isolation 'transformer_engine[pytorch]'"
 
 
 ADAPTER_CALLS = {

@@ -13,17 +13,7 @@ from refops.kernels.gemm_numerics import gemm_role
 from refops.testing import compare_modules
 
 
-class RecordingKernels(ReferenceKernels):
-    """The reference kernels, recording ``(role, mode in force)`` of every GEMM."""
-
-    name = "recording-reference"
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    def gemm(self, a, b, *, trans_a=False, trans_b=False, role=None, **kwargs):
-        self.calls.append((gemm_role(role, trans_a=trans_a, trans_b=trans_b), refops.gemm_numerics()))
-        return super().gemm(a, b, trans_a=trans_a, trans_b=trans_b, role=role, **kwargs)
+from _recording_kernels import RecordingKernels  # noqa: E402
 
 
 def _linear() -> refops.ops.Sequential:

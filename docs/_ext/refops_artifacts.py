@@ -2,8 +2,10 @@
 
 On ``builder-inited`` it writes into ``docs/_generated/`` (``refops_artifacts_dir``):
 
-* ``lifecycle-first-step.mmd``: the Mermaid sequence diagram of a real trace, the first
-  training step of a meta-built model (:mod:`lifecycle_diagram`);
+* ``lifecycle-*.mmd``: Mermaid sequence diagrams of a real first training step of a meta-built model, two compact
+  ones for the page and the full trace for download (:mod:`lifecycle_diagram`);
+* ``lifecycle-holders.png``: which object each holder of a weight points at, before and after materialization
+  (:mod:`holders_figure`);
 * ``format-*.png``: the representable grid of each element format (:mod:`format_figures`);
 * ``error-*.png``: quantization error against block amax, per recipe (:mod:`error_figures`);
 * ``sample-*.txt``: the sample outputs of the commands the pages show, from running them (:mod:`sample_outputs`).
@@ -25,6 +27,7 @@ from sphinx.util import logging
 
 import error_figures
 import format_figures
+import holders_figure
 import lifecycle_diagram
 import sample_outputs
 
@@ -34,7 +37,8 @@ logger = logging.getLogger(__name__)
 
 #: File name -> function returning its bytes. The single list of generated artifacts.
 ARTIFACTS: dict[str, Callable[[], bytes]] = {
-    lifecycle_diagram.FILE_NAME: lifecycle_diagram.diagram_bytes,
+    **lifecycle_diagram.DIAGRAMS,
+    **holders_figure.FIGURES,
     **format_figures.FIGURES,
     **error_figures.FIGURES,
     **sample_outputs.SAMPLES,

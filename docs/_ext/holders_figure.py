@@ -147,7 +147,7 @@ def figure_bytes() -> bytes:
     fig, axes = plt.subplots(len(table), 2, figsize=(9, 2.3 * len(table)))
     for (left, right), row in zip(axes, table):
         _draw_panel(left, row.before, f"{row.title}: before materialization", None)
-        _draw_panel(right, row.after, f"{row.title}: after it", row.before)
+        _draw_panel(right, row.after, f"{row.title}: after materialization", row.before)
     fig.text(0.5, 0.0, "green: the object the op computes with; red: another object (a stale one)",
              ha="center", fontsize=9)
     fig.tight_layout(h_pad=1.5, w_pad=2.0)

@@ -6,6 +6,9 @@ On ``builder-inited`` it writes into ``docs/_generated/`` (``refops_artifacts_di
   training step of a meta-built model (:mod:`lifecycle_diagram`);
 * ``format-*.png``: the representable grid of each element format (:mod:`format_figures`);
 * ``error-*.png``: quantization error against block amax, per recipe (:mod:`error_figures`);
+* ``primer-*.png``: the primer's number lines, scaling and rounding pictures (:mod:`primer_figures`);
+* ``recipe-*.png``: what is particular to each recipe: its blocks and scales, the delayed-scaling timeline,
+  the three GEMMs of a Linear (:mod:`recipe_figures`);
 * ``sample-*.txt``: the sample outputs of the commands the pages show, from running them (:mod:`sample_outputs`).
 
 Pages include them with ``{mermaid}``, ``{figure}`` and ``{literalinclude}`` directives. A file is rewritten only
@@ -26,6 +29,8 @@ from sphinx.util import logging
 import error_figures
 import format_figures
 import lifecycle_diagram
+import primer_figures
+import recipe_figures
 import sample_outputs
 
 __all__ = ["ARTIFACTS", "generate_all", "write_if_changed", "setup"]
@@ -37,6 +42,8 @@ ARTIFACTS: dict[str, Callable[[], bytes]] = {
     lifecycle_diagram.FILE_NAME: lifecycle_diagram.diagram_bytes,
     **format_figures.FIGURES,
     **error_figures.FIGURES,
+    **primer_figures.FIGURES,
+    **recipe_figures.FIGURES,
     **sample_outputs.SAMPLES,
 }
 

@@ -9,6 +9,7 @@ On ``builder-inited`` it writes into ``docs/_generated/`` (``refops_artifacts_di
 * ``primer-*.png``: the primer's number lines, scaling and rounding pictures (:mod:`primer_figures`);
 * ``recipe-*.png``: what is particular to each recipe: its blocks and scales, the delayed-scaling timeline,
   the three GEMMs of a Linear (:mod:`recipe_figures`);
+* ``output-*.txt``: what the pages' ``# output:`` examples print, from running the pages' blocks (:mod:`block_outputs`);
 * ``sample-*.txt``: the sample outputs of the commands the pages show, from running them (:mod:`sample_outputs`).
 
 Pages include them with ``{mermaid}``, ``{figure}`` and ``{literalinclude}`` directives. A file is rewritten only
@@ -26,6 +27,7 @@ from typing import Any, Callable
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
+import block_outputs
 import error_figures
 import format_figures
 import lifecycle_diagram
@@ -45,6 +47,7 @@ ARTIFACTS: dict[str, Callable[[], bytes]] = {
     **primer_figures.FIGURES,
     **recipe_figures.FIGURES,
     **sample_outputs.SAMPLES,
+    **block_outputs.OUTPUTS,
 }
 
 

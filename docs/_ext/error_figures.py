@@ -142,6 +142,9 @@ def _overview_figure() -> bytes:
 
 #: File name -> PNG maker.
 FIGURES: dict[str, Callable[[], bytes]] = {
-    **{f"error-{name.replace('_', '-')}.png": (lambda name=name: _recipe_figure(name)) for name in _TITLES},
+    # MXFP8's own curves are flat on this tensor (every block of 32 spans well under E4M3's range), which teaches
+    # nothing: its page shows its blocks and scales instead (recipe_figures), and the overview keeps its curve.
+    **{f"error-{name.replace('_', '-')}.png": (lambda name=name: _recipe_figure(name)) for name in _TITLES
+       if name != "mxfp8"},
     "error-overview.png": _overview_figure,
 }

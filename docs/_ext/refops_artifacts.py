@@ -8,6 +8,10 @@ On ``builder-inited`` it writes into ``docs/_generated/`` (``refops_artifacts_di
   (:mod:`holders_figure`);
 * ``format-*.png``: the representable grid of each element format (:mod:`format_figures`);
 * ``error-*.png``: quantization error against block amax, per recipe (:mod:`error_figures`);
+* ``primer-*.png``: the primer's number lines, scaling and rounding pictures (:mod:`primer_figures`);
+* ``recipe-*.png``: what is particular to each recipe: its blocks and scales, the delayed-scaling timeline,
+  the three GEMMs of a Linear (:mod:`recipe_figures`);
+* ``output-*.txt``: what the pages' ``# output:`` examples print, from running the pages' blocks (:mod:`block_outputs`);
 * ``sample-*.txt``: the sample outputs of the commands the pages show, from running them (:mod:`sample_outputs`).
 
 Pages include them with ``{mermaid}``, ``{figure}`` and ``{literalinclude}`` directives. A file is rewritten only
@@ -25,10 +29,13 @@ from typing import Any, Callable
 from sphinx.application import Sphinx
 from sphinx.util import logging
 
+import block_outputs
 import error_figures
 import format_figures
 import holders_figure
 import lifecycle_diagram
+import primer_figures
+import recipe_figures
 import sample_outputs
 
 __all__ = ["ARTIFACTS", "generate_all", "write_if_changed", "setup"]
@@ -41,7 +48,10 @@ ARTIFACTS: dict[str, Callable[[], bytes]] = {
     **holders_figure.FIGURES,
     **format_figures.FIGURES,
     **error_figures.FIGURES,
+    **primer_figures.FIGURES,
+    **recipe_figures.FIGURES,
     **sample_outputs.SAMPLES,
+    **block_outputs.OUTPUTS,
 }
 
 

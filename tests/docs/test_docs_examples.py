@@ -32,7 +32,7 @@ PAGES_WITH_EXAMPLES = [p for p in PAGES if python_blocks(p)]
 def test_docs_have_pages():
     assert PAGES, f"no Markdown pages under {DOCS}"
     names = {str(p.relative_to(DOCS)) for p in PAGES_WITH_EXAMPLES}
-    guide = {"getting-started.md", "lifecycle.md", "oracle.md", "fastpath.md", "benchmarks.md"}
+    guide = {"getting-started.md", "primer.md", "lifecycle.md", "oracle.md", "fastpath.md", "benchmarks.md"}
     recipes = {f"recipes/{name}.md" for name in ("index", "formats", "delayed-scaling", "current-scaling",
                                                   "mxfp8", "fp8-block", "nvfp4")}
     missing = (guide | recipes) - names

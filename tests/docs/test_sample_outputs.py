@@ -20,7 +20,9 @@ tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads pyproject.tom
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 PAGES = sorted(p for p in DOCS.rglob("*.md") if not any(part.startswith("_") for part in p.relative_to(DOCS).parts))
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+# A directive fence (```{figure} ...) is matched as a unit too, so that its closing ``` is not taken for the
+# opening of a plain block.
+_FENCE = re.compile(r"^```(\{[^}\n]*\}[^\n]*|\w*)\n(.*?)^```", re.S | re.M)
 _INCLUDE = re.compile(r"^```\{literalinclude\} (\S+)", re.M)
 
 

@@ -27,13 +27,14 @@ sphinx_build = pytest.importorskip(
 
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 RECIPE_FIGURES = {
+    "primer.html": ["primer-scaling.png", "primer-binades.png", "primer-rounding.png"],
     "recipes/formats.html": ["format-e4m3.png", "format-e5m2.png", "format-e2m1.png", "format-e8m0.png"],
-    "recipes/index.html": ["error-overview.png"],
-    "recipes/delayed-scaling.html": ["error-delayed.png"],
-    "recipes/current-scaling.html": ["error-current.png"],
-    "recipes/mxfp8.html": ["error-mxfp8.png"],
-    "recipes/fp8-block.html": ["error-fp8-block.png"],
-    "recipes/nvfp4.html": ["error-nvfp4.png"],
+    "recipes/index.html": ["recipe-gemms.png", "error-overview.png"],
+    "recipes/current-scaling.html": ["recipe-current-scaling.png", "error-current.png"],
+    "recipes/delayed-scaling.html": ["recipe-delayed-timeline.png", "error-delayed.png"],
+    "recipes/mxfp8.html": ["recipe-mxfp8-blocks.png"],
+    "recipes/fp8-block.html": ["recipe-fp8-block-layouts.png", "error-fp8-block.png"],
+    "recipes/nvfp4.html": ["recipe-nvfp4-scales.png", "error-nvfp4.png"],
 }
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -132,7 +133,8 @@ def test_recipe_figures_exist_and_are_shown(site, page):
         assert image.exists(), f"{figure} was not copied into the output"
         data = image.read_bytes()
         assert data.startswith(PNG_SIGNATURE) and len(data) > 10_000, f"{figure} is not a real figure"
-        assert f'src="../_images/{figure}"' in text, f"{page} does not show {figure}"
+        prefix = "../" * page.count("/")
+        assert f'src="{prefix}_images/{figure}"' in text, f"{page} does not show {figure}"
 
 
 def test_api_reference_documents_every_package(site):

@@ -32,6 +32,7 @@ EVENT_KINDS: dict[str, str] = {
     "fusion_plan": "the fuser chose its forward and backward op lists",
     "forward_op": "an op (basic or fused) ran forward",
     "backward_op": "an op (basic or fused) ran backward",
+    "fused_quantize": "an activation's fp32 result was quantized unrounded (TE's fused activation + quantize)",
     "scale_update": "delayed-scaling amax history and scales were updated",
     "checkpoint": "state was saved to or loaded from a state dict",
 }

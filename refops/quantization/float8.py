@@ -178,8 +178,15 @@ class Float8Quantizer(_PerTensorQuantizer):
                 return None
         return views
 
+    dbias_from_unrounded = True
+
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
         return self._cast(tensor, self.scale, rowwise=rowwise, columnwise=columnwise, amax_accumulator=self.amax)
+
+    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> Float8Tensor:
+        """Delayed scaling fuses fully: ``values`` go from fp32 to FP8 in one rounding, and the amax recorded
+        for the next scale update is the fp32 values' (TE's ``FULLY_FUSED`` activation path)."""
+        return self._quantize_new(self._high_precision_input(values).detach(), nominal_dtype=dtype)
 
     def calibrate(self, tensor: torch.Tensor) -> None:
         """Record ``amax(tensor)`` as a cast would, without casting."""
@@ -223,9 +230,11 @@ class Float8CurrentScalingQuantizer(_PerTensorQuantizer):
         self.force_pow_2_scales = bool(force_pow_2_scales)
         self.amax_epsilon = float(amax_epsilon)
 
-    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool,
+                         amax: Optional[torch.Tensor] = None) -> dict[str, Any]:
+        """``amax``: the amax to scale by, taken elsewhere (default: ``tensor``'s own)."""
         backend = current_backend()
-        amax = backend.amax(tensor)
+        amax = backend.amax(tensor) if amax is None else amax
         if self.with_amax_reduction and torch.distributed.is_available() and torch.distributed.is_initialized():
             torch.distributed.all_reduce(amax, op=torch.distributed.ReduceOp.MAX, group=self.amax_reduction_group)
         scale = backend.compute_scale_from_amax(
@@ -240,6 +249,13 @@ class Float8CurrentScalingQuantizer(_PerTensorQuantizer):
         # its first cast, as a copy on another device always did).
         self.amax, self.scale = amax, scale
         return self._cast(tensor, scale, rowwise=rowwise, columnwise=columnwise)
+
+    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> Float8Tensor:
+        """Current scaling takes the amax of the fp32 ``values`` and casts the values rounded to ``dtype``
+        with the scale from it (TE's ``FUSED_ACTIVATION_AMAX_FP8``: the activation kernel writes the rounded
+        buffer and the unrounded amax in one pass, then the buffer is quantized)."""
+        values = self._high_precision_input(values).detach()
+        return self._quantize_new(values.to(dtype), amax=current_backend().amax(values))
 
     def _config(self) -> dict[str, Any]:
         return {**super()._config(), "force_pow_2_scales": self.force_pow_2_scales, "amax_epsilon": self.amax_epsilon}

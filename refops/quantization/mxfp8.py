@@ -72,6 +72,9 @@ class MXFP8Quantizer(Quantizer):
     """TE's ``MXFP8Quantizer(fp8_dtype, *, rowwise=True, columnwise=True, with_2d_quantization=False)``."""
 
     tensor_class = MXFP8Tensor
+    #: TE's fused MXFP8 kernel rounds the activation to the compute dtype before its block amaxes (so the
+    #: default :meth:`~refops.quantization.quantizer.Quantizer.quantize_unrounded` holds), but sums dbias first.
+    dbias_from_unrounded = True
 
     def __init__(
         self,

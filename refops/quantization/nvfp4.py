@@ -169,7 +169,28 @@ class NVFP4Quantizer(Quantizer):
             return False
         return True
 
-    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> NVFP4Tensor:
+        """The global amax from the fp32 ``values``, the blocks (their amaxes, scales and codes) from the values
+        rounded to ``dtype`` (TE's ``FUSED_ACTIVATION_AMAX_NVFP4``). With the RHT or per-row amaxes TE's
+        quantizer takes its own amaxes, so this is the unfused path (round, then quantize)."""
+        if self.with_rht or self.row_scaled_nvfp4:
+            return super().quantize_unrounded(values, dtype=dtype)
+        values = self._high_precision_input(values).detach()
+        _check_shape(values.shape)
+        x2d = values.reshape(rows_cols(values.shape))
+        row, col = current_backend().nvfp4_amax(x2d, rowwise=self.rowwise_usage, columnwise=self.columnwise_usage)
+        amaxes = {"amax_rowwise": row, "amax_columnwise": col}
+        dist = torch.distributed
+        if self.with_amax_reduction and dist.is_available() and dist.is_initialized():
+            for amax in (row, col):
+                if amax is not None:
+                    dist.all_reduce(amax, op=dist.ReduceOp.MAX, group=self.amax_reduction_group)
+        return self._quantize_new(values.to(dtype), amaxes={k: v for k, v in amaxes.items() if v is not None})
+
+    def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool,
+                         amaxes: Optional[dict[str, torch.Tensor]] = None) -> dict[str, Any]:
+        """``amaxes``: the global amaxes to scale by, taken elsewhere (default: ``tensor``'s, reduced over the
+        group with amax reduction)."""
         _check_shape(tensor.shape)
         m, k = rows_cols(tensor.shape)
         x2d = tensor.reshape(m, k)
@@ -192,7 +213,7 @@ class NVFP4Quantizer(Quantizer):
             e4m3_max_4over6=float(self.nvfp4_e4m3_max),
             err_mode=self.nvfp4_4over6_err_mode,
             row_scaled=self.row_scaled_nvfp4,
-            **self._reduced_amaxes(x2d, rowwise=rowwise, columnwise=columnwise),
+            **(self._reduced_amaxes(x2d, rowwise=rowwise, columnwise=columnwise) if amaxes is None else amaxes),
         )
         if row_data is not None:
             row_data = row_data.reshape(nvfp4_data_shape(tensor.shape))

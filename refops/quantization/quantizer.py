@@ -90,6 +90,10 @@ class Quantizer(abc.ABC):
 
     #: The QuantizedTensor subclass this quantizer makes.
     tensor_class: ClassVar[type]
+    #: Whether TE's fused ``dact + dbias + quantize`` kernel, quantizing through this scheme, sums the bias
+    #: grad from the unrounded fp32 values (delayed scaling, MXFP8) instead of from the values rounded to the
+    #: compute dtype (``docs/recipes/fused-activations.md``).
+    dbias_from_unrounded: ClassVar[bool] = False
     #: What it quantizes, e.g. ``"BasicLinear (forward quantizer 1: weight)"``; set by the op that owns
     #: it so that a refusal (block size, dtype) names the op and the tensor. None: unnamed.
     label: Optional[str] = None
@@ -178,20 +182,37 @@ class Quantizer(abc.ABC):
             raise TypeError(f"{type(self).__name__}: can only quantize fp32, fp16 or bf16 tensors, got {got}")
         return tensor
 
-    def _quantize_new(self, tensor: torch.Tensor) -> "QuantizedTensor":
+    def _quantize_new(self, tensor: torch.Tensor, *, nominal_dtype: Optional[torch.dtype] = None,
+                      **options: Any) -> "QuantizedTensor":
+        """A quantized tensor of ``tensor``; its nominal dtype is ``nominal_dtype`` (default: ``tensor``'s).
+        ``options`` go to the scheme's :meth:`_quantize_arrays` (an amax computed elsewhere, for instance)."""
         if not (self.rowwise_usage or self.columnwise_usage):
             raise ValueError(f"{type(self).__name__}: neither row-wise nor column-wise usage is enabled")
         arrays = self._quantize_arrays_named(
-            tensor.contiguous(), rowwise=self.rowwise_usage, columnwise=self.columnwise_usage
+            tensor.contiguous(), rowwise=self.rowwise_usage, columnwise=self.columnwise_usage, **options
         )
         kwargs = {**self._tensor_meta(), **arrays}
-        return self.tensor_class(tensor.shape, tensor.dtype, device=tensor.device, quantizer=self, **kwargs)
+        dtype = tensor.dtype if nominal_dtype is None else nominal_dtype
+        return self.tensor_class(tensor.shape, dtype, device=tensor.device, quantizer=self, **kwargs)
 
-    def _quantize_arrays_named(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
+    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> "QuantizedTensor":
+        """Quantize the fp32 result of an element-wise kernel that has not rounded it yet, as TransformerEngine's
+        fused activation + quantize kernels do for this scheme (``docs/recipes/fused-activations.md``).
+
+        ``values`` are an activation's output (or its backward's ``dy * act'(x)``) in fp32, before any rounding
+        to the compute dtype ``dtype``, which becomes the result's nominal dtype. This default is TE's unfused
+        path (FP8 block scaling, MXFP8, whose fused kernel rounds to ``dtype`` before it takes any amax): round
+        to ``dtype``, then quantize, exactly ``self(values.to(dtype))``. Schemes whose fused kernel sees the
+        fp32 values (delayed and current scaling, NVFP4's global amax) override it.
+        """
+        return self.quantize(values.to(dtype))
+
+    def _quantize_arrays_named(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool,
+                               **options: Any) -> dict[str, Any]:
         """:meth:`_quantize_arrays`, whose refusals (a shape off the block size, a dtype the scheme
         cannot take) are prefixed with :attr:`label`: the op and the tensor."""
         try:
-            return self._quantize_arrays(tensor, rowwise=rowwise, columnwise=columnwise)
+            return self._quantize_arrays(tensor, rowwise=rowwise, columnwise=columnwise, **options)
         except (ValueError, TypeError) as error:
             if self.label is None:
                 raise

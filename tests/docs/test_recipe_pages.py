@@ -46,7 +46,7 @@ def test_examples_use_public_api_only(page):
 def test_recipes_come_in_learning_order():
     toctree = re.search(r"```\{toctree\}\n(.*?)```", (DOCS / "recipes" / "index.md").read_text(), re.S).group(1)
     entries = [line for line in toctree.splitlines() if line and not line.startswith(":")]
-    assert entries == ["formats", "current-scaling", "delayed-scaling", "mxfp8", "fp8-block", "nvfp4"]
+    assert entries == ["formats", "current-scaling", "delayed-scaling", "mxfp8", "fp8-block", "nvfp4", "fused-activations"]
     current = (DOCS / "recipes" / "current-scaling.md").read_text()
     assert "as for delayed scaling" not in current, "current scaling's layout must stand alone"
     assert "current-scaling.md#layout" in (DOCS / "recipes" / "delayed-scaling.md").read_text()

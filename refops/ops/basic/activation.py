@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ... import trace
 from ...kernels import current_backend
 from ...quantization.float8 import Float8CurrentScalingQuantizer
 from ...quantization.quantized_tensor import QuantizedTensor
@@ -40,7 +41,11 @@ class _ActivationOperation(BasicOperation):
     quantized by the next op's input quantizer and ``dx`` by the previous op's
     grad-output quantizer (taken at forward time) when they exist, which is
     inside ``refops.autocast`` with a quantizing neighbour such as ``Quantize``
-    or ``BasicLinear``. The values are the high-precision result quantized once.
+    or ``BasicLinear``. Then the op runs TE's fused activation + quantize: the
+    activation (or ``dy * act'(x)``) in fp32 from the inputs, handed unrounded to
+    :meth:`~refops.quantization.quantizer.Quantizer.quantize_unrounded`, which
+    applies the scheme's rule: one rounding to FP8 for delayed scaling, the amax
+    of the unrounded values for current scaling (``docs/recipes/fused-activations.md``).
 
     Args:
         cache_quantized_input: save ``x`` for backward as an FP8 E4M3
@@ -95,10 +100,11 @@ class _ActivationOperation(BasicOperation):
         check_tensor(name, "input", input_, dtype=input_.dtype)
         dtype = compute_dtype(name, input_, input_.dtype)
         x = maybe_dequantize(input_, dtype).contiguous()
-        y = current_backend().activation_forward(self._to_kernel_layout(x), self.kernel_activation,
-                                                 **self.kernel_params())
-        if next_op_input_quantizer is not None:
-            y = next_op_input_quantizer(y)
+        if next_op_input_quantizer is None:
+            y = current_backend().activation_forward(self._to_kernel_layout(x), self.kernel_activation,
+                                                     **self.kernel_params())
+        else:
+            y = activation_quantized(self, x, next_op_input_quantizer, dtype)
         if ctx.requires_grad:
             ctx.save_for_backward(cache_quantized(x) if self.cache_quantized_input else x)
             ctx.dtype = dtype
@@ -111,12 +117,40 @@ class _ActivationOperation(BasicOperation):
         (x,) = ctx.saved_tensors
         x = maybe_dequantize(x, ctx.dtype)
         dy = maybe_dequantize(grad_output, ctx.dtype).contiguous()
-        dx = current_backend().activation_backward(dy, self._to_kernel_layout(x), self.kernel_activation,
-                                                   **self.kernel_params())
-        dx = self._from_kernel_layout(dx)
-        if ctx.prev_op_grad_output_quantizer is not None:
-            dx = ctx.prev_op_grad_output_quantizer(dx)
-        return dx, ()
+        quantizer = ctx.prev_op_grad_output_quantizer
+        if quantizer is None:
+            dx = current_backend().activation_backward(dy, self._to_kernel_layout(x), self.kernel_activation,
+                                                       **self.kernel_params())
+            return self._from_kernel_layout(dx), ()
+        trace.record("fused_quantize", type(self).__name__, instance=self, direction="backward",
+                     quantizer=type(quantizer).__name__)
+        return quantize_unrounded(quantizer, self.backward_fp32(dy, x), ctx.dtype), ()
+
+    def backward_fp32(self, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """``dy * act'(x)`` in fp32 from the (compute-dtype) ``dy`` and ``x``, not rounded, in ``x``'s layout."""
+        dx = current_backend().activation_backward(dy.float(), self._to_kernel_layout(x).float(),
+                                                   self.kernel_activation, **self.kernel_params())
+        return self._from_kernel_layout(dx)
+
+
+def activation_quantized(op: _ActivationOperation, x: torch.Tensor, quantizer: Any, dtype: torch.dtype) -> Any:
+    """TE's fused activation + quantize: ``act(x)`` in fp32 from ``x`` (compute dtype), quantized unrounded.
+
+    Invariant: the result is ``quantizer.quantize_unrounded(act_fp32(x), dtype=dtype)``, the rounding rule of
+    the quantizer's scheme applied to values no kernel has rounded (``docs/recipes/fused-activations.md``).
+    """
+    y32 = current_backend().activation_forward(op._to_kernel_layout(x).float(), op.kernel_activation,
+                                               **op.kernel_params())
+    trace.record("fused_quantize", type(op).__name__, instance=op, direction="forward",
+                 quantizer=type(quantizer).__name__)
+    return quantize_unrounded(quantizer, y32, dtype)
+
+
+def quantize_unrounded(quantizer: Any, values: torch.Tensor, dtype: torch.dtype) -> Any:
+    """``quantizer.quantize_unrounded(values, dtype=dtype)``; a quantizer-like callable without that method
+    (a user's own) gets the unfused path, ``values`` rounded to ``dtype`` and then quantized."""
+    method = getattr(quantizer, "quantize_unrounded", None)
+    return quantizer(values.to(dtype)) if method is None else method(values, dtype=dtype)
 
 
 def cache_quantized(x: torch.Tensor) -> QuantizedTensor:

@@ -6,9 +6,10 @@ from typing import Optional
 
 import torch
 
+from ... import trace
 from ...kernels import current_backend
-from .._common import to_compute_dtype
-from ..basic.activation import GELU, ReLU
+from .._common import maybe_dequantize, to_compute_dtype
+from ..basic.activation import GELU, ReLU, quantize_unrounded
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
@@ -21,8 +22,12 @@ class BackwardActivationBias(FusedOperation):
 
     ``dx`` leaves quantized by the Bias context's grad-input quantizer (the
     previous op's grad-output quantizer); the fusion applies only when that
-    quantizer exists, i.e. under a recipe whose backward is quantized.
-    Kernel: :meth:`refops.kernels.KernelBackend.activation_backward_dbias`.
+    quantizer exists, i.e. under a recipe whose backward is quantized. As TE's
+    ``dbias_dact`` does: ``dy * act'(x)`` in fp32, quantized unrounded
+    (:meth:`~refops.quantization.quantizer.Quantizer.quantize_unrounded`); ``db``
+    summed from those fp32 values where the scheme's fused kernel does (delayed
+    scaling, MXFP8), from the values rounded to the compute dtype otherwise
+    (``docs/recipes/fused-activations.md``).
     """
 
     def __init__(self, *, bias: Bias, activation: GELU | ReLU) -> None:
@@ -43,13 +48,21 @@ class BackwardActivationBias(FusedOperation):
                 "BackwardActivationBias requires the previous op's grad output quantizer, "
                 "but the Bias context has no quantizer"
             )
-        dy = to_compute_dtype(grad_output, act_ctx.dtype).contiguous()
-        dx, db = current_backend().activation_backward_dbias(
-            dy, act_input, activation.kernel_activation, **activation.kernel_params()
-        )
+        dtype = act_ctx.dtype
+        dy = to_compute_dtype(grad_output, dtype).contiguous()
         # None: the previous op runs no backward (frozen, input without grad), so dx is not quantized for it.
         quantizer = bias_ctx.grad_input_quantizer
-        return (dx if quantizer is None else quantizer(dx)), [(db,), ()], [(), ()]
+        if quantizer is None:
+            dx, db = current_backend().activation_backward_dbias(
+                dy, act_input, activation.kernel_activation, **activation.kernel_params()
+            )
+            return dx, [(db,), ()], [(), ()]
+        dx32 = activation.backward_fp32(dy, maybe_dequantize(act_input, dtype).contiguous())
+        summed = dx32 if getattr(quantizer, "dbias_from_unrounded", False) else dx32.to(dtype)
+        db = current_backend().dbias(summed).to(dtype)
+        trace.record("fused_quantize", type(self).__name__, instance=self, direction="backward",
+                     quantizer=type(quantizer).__name__)
+        return quantize_unrounded(quantizer, dx32, dtype), [(db,), ()], [(), ()]
 
 
 RULE = FusionRule(

@@ -70,7 +70,7 @@ ACTIVATIONS = {  # name -> (op factory, float64 reference, gated)
 @pytest.mark.parametrize("activation", list(ACTIVATIONS))
 @pytest.mark.parametrize("dtype", (torch.bfloat16, torch.float32), ids=str)
 def test_activation(activation, recipe_name, dtype, device):
-    """Quantize(bwd) -> act -> Quantize(fwd), as TE's test_activation."""
+    """Quantize(bwd) -> act -> Quantize(fwd), as TE's test_activation (the neighbours' quantizers fuse)."""
     skip_unsupported(recipe_name, dtype)
     factory, reference, gated = ACTIVATIONS[activation]
     in_shape, out_shape = (ROWS, 2 * HIDDEN if gated else HIDDEN), (ROWS, HIDDEN)
@@ -86,12 +86,13 @@ def test_activation(activation, recipe_name, dtype, device):
     assert y.dtype == dtype and x.grad.dtype == dtype
     assert_close(y, y_ref, **tols(recipe_name))
     assert_close(x.grad, x_ref.grad, **tols(recipe_name))
-    # Each leaves through its neighbour's quantizer, applied once to the high-precision result.
-    x_plain = x.detach().clone().requires_grad_(True)
-    y_plain = factory()(x_plain)
-    y_plain.backward(dy)
-    assert_exact(y, fresh_quantizer(recipe_name)(y_plain.detach()))
-    assert_exact(x.grad, fresh_quantizer(recipe_name, mode="backward")(x_plain.grad))
+    # Each leaves through its neighbour's quantizer as TE's fused kernel does: the activation (and dy * act'(x))
+    # computed in fp32 from the compute-dtype inputs and quantized unrounded (docs/recipes/fused-activations.md).
+    x32 = x.detach().float().requires_grad_(True)
+    y32 = factory()(x32)
+    y32.backward(dy.float())
+    assert_exact(y, fresh_quantizer(recipe_name).quantize_unrounded(y32.detach(), dtype=dtype))
+    assert_exact(x.grad, fresh_quantizer(recipe_name, mode="backward").quantize_unrounded(x32.grad, dtype=dtype))
 
 
 @pytest.mark.parametrize("recipe_name", ("fp8_current_scaling", "mxfp8"))
@@ -107,7 +108,9 @@ def test_interleaved_glu_output_quantized_grad_input_not(recipe_name, factory, d
     y_plain = factory(glu_interleave_size=32)(x_plain)
     y_plain.backward(dy)
     assert isinstance(y, QuantizedTensor)
-    assert_exact(y, fresh_quantizer(recipe_name)(y_plain.detach()))
+    # Forward fuses (fp32 activation, quantized unrounded), as for every activation.
+    y32 = factory(glu_interleave_size=32)(x.detach().float())
+    assert_exact(y, fresh_quantizer(recipe_name).quantize_unrounded(y32, dtype=dtype))
     # Interleaved: no grad-input quantizer; Quantize(backward) then quantizes the plain dx once.
     assert_exact(x.grad, fresh_quantizer(recipe_name, mode="backward")(x_plain.grad))
 

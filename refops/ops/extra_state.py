@@ -26,6 +26,8 @@ from typing import Any
 
 import torch
 
+from .checkpoint_errors import DCP_CHECK, CheckpointMismatchError
+
 __all__ = ["extra_state_bytes", "encode_extra_state", "decode_extra_state", "load_extra_state",
            "extra_state_type_error"]
 
@@ -170,8 +172,9 @@ def load_extra_state(op: Any, data: Any) -> None:
     """``op.set_extra_state(data)``, all or nothing: a failure leaves ``op``'s recipe state as it was.
 
     Invariant: either the whole saved state is applied, or ``op`` keeps its previous recipe
-    state (objects and values) and a ``ValueError`` names the op and what did not fit (extra
-    state saved by a different op, or a different recipe configuration).
+    state (objects and values) and a :class:`~refops.ops.checkpoint_errors.CheckpointMismatchError` (a
+    ``ValueError``) names the op and what did not fit (extra state saved by a different op, or a different
+    recipe configuration), and the refops load that checks a distributed checkpoint before writing anything.
     """
     owner = type(op).__name__
     state = decode_extra_state(data, owner=owner)
@@ -185,7 +188,7 @@ def load_extra_state(op: Any, data: Any) -> None:
         op._recipe_states, op._quantizers = saved_objects
         if saved_values:
             op._load_extra_state_dict(saved_values)
-        raise ValueError(
+        raise CheckpointMismatchError(
             f"{owner}: the extra state does not fit this op (saved by another op or another recipe "
-            f"configuration?); the op's recipe state is unchanged ({type(error).__name__}: {error})"
+            f"configuration?); the op's recipe state is unchanged ({type(error).__name__}: {error}); {DCP_CHECK}"
         ) from error

@@ -29,6 +29,7 @@ import torch
 from ..quantization._dispatch import same_encoding
 from ..quantization.dtensor import is_dtensor
 from ..quantization.quantized_tensor import QuantizedTensor
+from .checkpoint_errors import DCP_CHECK
 from .extra_state import extra_state_type_error
 from .legacy_checkpoint_form import decode_legacy_entry
 from .parameter_lifecycle import fill_parameter_in_place
@@ -224,7 +225,7 @@ class QuantizedCheckpoint(torch.nn.Module):
             }
             shards = {n: self._decode_sharded_entry(n, p, state_dict[prefix + n], where(n)) for n, p in sharded.items()}
         except ValueError as error:
-            error_msgs.append(f"{error}; nothing of this op was loaded")
+            error_msgs.append(f"{error}; nothing of this op was loaded ({DCP_CHECK})")
             return
         quantized = {n: q for n, q in decoded.items() if q is not None}
         shapes = {n: tuple(quantized[n].shape if n in quantized else state_dict[prefix + n].shape) for n in own}
@@ -234,7 +235,7 @@ class QuantizedCheckpoint(torch.nn.Module):
         ]
         problems += [msg for n, q in quantized.items() if (msg := quantized_entry_error(self, n, q, where(n)))]
         if problems:
-            error_msgs.extend(f"{msg}; nothing of this op was loaded" for msg in problems)
+            error_msgs.extend(f"{msg}; nothing of this op was loaded ({DCP_CHECK})" for msg in problems)
             return
         if extra_key in state_dict:
             self.set_extra_state(state_dict[extra_key])

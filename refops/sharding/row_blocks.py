@@ -42,7 +42,8 @@ from .row_major import block_rows, build_from_row_major, meta_of, shared_arrays,
 from .scheme_forms import SCHEME_FORMS
 
 __all__ = ["ROW_BLOCK_MAGIC", "RowBlockHeader", "encode_row_blocks", "decode_row_blocks", "describe_row_blocks",
-           "read_header", "row_block_width", "is_row_blocks", "block_rows"]
+           "read_header", "read_first_header", "scheme_mismatch", "HEADER_PREFIX_BYTES", "row_block_width",
+           "is_row_blocks", "block_rows"]
 
 ROW_BLOCK_MAGIC = b"RQB2"
 # Codes of the descriptor (index + 1; 0 is "none"). Appending keeps old checkpoints readable; never reorder.
@@ -214,6 +215,26 @@ def read_header(blocks: torch.Tensor, *, what: str = "row blocks") -> tuple[RowB
         raise ValueError(f"{what}: the row blocks' row counts {counts} are not those of consecutive blocks of {g} "
                          "rows: corrupt, or blocks of different tensors put together")
     return header, sum(counts)
+
+
+#: Bytes at the start of a block that always hold its whole header (what a checkpoint check reads of a weight).
+HEADER_PREFIX_BYTES = 256
+
+
+def read_first_header(raw: bytes, *, what: str = "row blocks") -> RowBlockHeader:
+    """The header at the start of one block's bytes (at most :data:`HEADER_PREFIX_BYTES` are needed), or a
+    ``ValueError`` naming ``what`` (bad magic: not row blocks). Reads one block only: no consistency check."""
+    return _parse_header(bytes(raw[:HEADER_PREFIX_BYTES]), what=what)
+
+
+def scheme_mismatch(saved: RowBlockHeader, target: RowBlockHeader) -> Optional[str]:
+    """Why blocks with header ``saved`` cannot load into a weight whose blocks carry ``target`` (None: they can);
+    the checks :func:`decode_row_blocks` makes with ``like=``, on headers alone."""
+    if (saved.tensor_class, saved.cols, saved.meta) != (target.tensor_class, target.cols, target.meta):
+        return "another scheme or format"
+    if saved.quantizer is not None and target.quantizer is not None and saved.scheme_crc != target.scheme_crc:
+        return "another quantizer or other quantizer options"
+    return None
 
 
 def _check_like(header: RowBlockHeader, like: QuantizedTensor, *, what: str, rows: int) -> None:

@@ -5,7 +5,8 @@ is bytes, DCP no longer stops at a delayed-scaling state of another size, and th
 weights stored by another quantizer, naming the op and the parameter. Pairs whose row blocks have the same shape are the
 ones DCP lets through (per-tensor FP8 under delayed and current scaling; NVFP4 and NVFP4 4over6); for the others
 torch's planner refuses on the shapes before any refops code runs
-(``docs/distributed.md#extra-state-in-distributed-checkpoints``).
+(``docs/distributed.md#extra-state-in-distributed-checkpoints``). This is plain ``dcp.load``; ``refops.distributed.load``
+refuses every pair before anything is written (``test_dcp_load_checked.py``), and the error here names it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ def test_another_recipes_checkpoint_is_refops_error_naming_the_op(loads, pair):
     assert error is not None, "the checkpoint of another recipe loaded"
     assert "BasicLinear (1.basic_ops.0.): parameter 'weight'" in error
     assert "another recipe" in error and "nothing of this op was loaded" in error
+    assert "refops.distributed.load" in error  # the refops load that checks before DCP writes anything
 
 
 @pytest.mark.parametrize("pair", PAIRS, ids="->".join)

@@ -5,7 +5,9 @@ same matrix under FSDP2), so ``torch.distributed.checkpoint`` moves it between a
 state is bytes, which DCP replaces whole, so it loads into an op that never ran (#38, item 1). Routes:
 ``2 -> 2``, ``2 -> 1``, ``1 -> 2``, ``1 -> 1``, where 2 is a root-sharded FSDP2 model on 2 gloo ranks and 1 a plain
 single-process model (no FSDP2); ``2 -> mesh1``, FSDP2 over a mesh of one rank; ``meta 1 -> 2`` and
-``meta 2 -> 1``, a target built on meta, then ``to_empty`` and ``reset_parameters()`` (sharded first on 2 ranks).
+``meta 2 -> 1``, a target built on meta, then ``to_empty`` and ``reset_parameters()`` (sharded first on 2 ranks);
+``2->2 checked``, ``2->1 checked``, ``1->2 checked``, ``1->1 checked``: those loads through ``refops.distributed.load``,
+which checks every op's recipe first (its refusals: ``test_dcp_load_checked.py``).
 Recipes: none and every recipe of ``refops.testing.recipes``, each with plain weights (trained under ``autocast``)
 and quantized weights (``quantized_model_init``). For every cell:
 
@@ -37,6 +39,8 @@ import _fsdp2_cases as C
 
 CELLS = [("none", "plain")] + [(r, w) for r in RECIPE_NAMES for w in ("plain", "quantized")]
 ROUTES = ("2->2", "2->1", "1->2", "1->1", "2->mesh1", "meta 1->2", "meta 2->1")
+#: The same loads through refops.distributed.load, which checks every op's recipe before DCP writes anything.
+CHECKED_ROUTES = ("2->2 checked", "2->1 checked", "1->2 checked", "1->1 checked")
 STEPS = 2
 TIMEOUT_S = 240.0
 
@@ -139,13 +143,15 @@ def _save(model, optimizer, directory: str) -> None:
     dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=directory)
 
 
-def _load(model, optimizer, directory: str) -> None:
+def _load(model, optimizer, directory: str, *, checked: bool = False) -> None:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
+    import refops.distributed
+
     model_state, optim_state = get_state_dict(model, optimizer)
     state = {"model": model_state, "optim": optim_state}
-    dcp.load(state, checkpoint_id=directory)
+    (refops.distributed.load if checked else dcp.load)(state, checkpoint_id=directory)
     set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
 
 
@@ -156,15 +162,17 @@ def _source(cell, world_size: int, rank: int, directory: str) -> dict:
     return {"state": _full_state(model, optimizer, bool(world_size)), "next": _next_step(model, cell, rank, world_size)}
 
 
-def _loaded_target(cell, world_size: int, directory: str, *, on_meta: bool = False):
-    """A freshly built model and optimizer (another seed, never ran a forward) that loaded ``directory``."""
+def _loaded_target(cell, world_size: int, directory: str, *, on_meta: bool = False, checked: bool = False):
+    """A freshly built model and optimizer (another seed, never ran a forward) that loaded ``directory``
+    (``checked``: through ``refops.distributed.load``)."""
     model, optimizer = _build(cell, world_size, C.SEED + 1, on_meta=on_meta)
-    _load(model, optimizer, directory)
+    _load(model, optimizer, directory, checked=checked)
     return model, optimizer
 
 
-def _target(cell, world_size: int, rank: int, directory: str, *, on_meta: bool = False) -> dict:
-    model, optimizer = _loaded_target(cell, world_size, directory, on_meta=on_meta)
+def _target(cell, world_size: int, rank: int, directory: str, *, on_meta: bool = False,
+            checked: bool = False) -> dict:
+    model, optimizer = _loaded_target(cell, world_size, directory, on_meta=on_meta, checked=checked)
     copy_model = copy.deepcopy if world_size == 0 else lambda _: _loaded_target(cell, world_size, directory)[0]
     return {"state": _full_state(model, optimizer, bool(world_size)),
             "next": _next_step(model, cell, rank, world_size, copy_model)}
@@ -174,7 +182,8 @@ def _one_process_sources_and_1_to_1(rank, world_size, root):
     out = {}
     for cell in CELLS:
         directory = os.path.join(root, "one", _name(cell))
-        out[_name(cell)] = {"source": _source(cell, 0, rank, directory), "1->1": _target(cell, 0, rank, directory)}
+        out[_name(cell)] = {"source": _source(cell, 0, rank, directory), "1->1": _target(cell, 0, rank, directory),
+                            "1->1 checked": _target(cell, 0, rank, directory, checked=True)}
     return out
 
 
@@ -187,6 +196,8 @@ def _two_ranks_sources_2_to_2_and_1_to_2(rank, world_size, root):
             "2->2": _target(cell, world_size, rank, directory),
             "1->2": _target(cell, world_size, rank, os.path.join(root, "one", _name(cell))),
             "meta 1->2": _target(cell, world_size, rank, os.path.join(root, "one", _name(cell)), on_meta=True),
+            "2->2 checked": _target(cell, world_size, rank, directory, checked=True),
+            "1->2 checked": _target(cell, world_size, rank, os.path.join(root, "one", _name(cell)), checked=True),
         }
     return out
 
@@ -196,7 +207,8 @@ def _one_process_2_to_1_and_2_to_mesh1(rank, world_size, root):
     for cell in CELLS:
         directory = os.path.join(root, "two", _name(cell))
         out[_name(cell)] = {"2->1": _target(cell, 0, rank, directory), "2->mesh1": _target(cell, 1, rank, directory),
-                            "meta 2->1": _target(cell, 0, rank, directory, on_meta=True)}
+                            "meta 2->1": _target(cell, 0, rank, directory, on_meta=True),
+                            "2->1 checked": _target(cell, 0, rank, directory, checked=True)}
     return out
 
 
@@ -220,14 +232,14 @@ def _source_and_targets(runs, name: str, route: str) -> tuple[dict, list[dict]]:
     """The source run of ``route`` and what each of the target's ranks saw."""
     saved_on_two_ranks = route.split("->")[0].endswith("2")
     source = runs["two"][0][name]["source"] if saved_on_two_ranks else runs["one"][name]["source"]
-    if route in ("2->1", "2->mesh1", "meta 2->1"):
+    if route in ("2->1", "2->mesh1", "meta 2->1", "2->1 checked"):
         return source, [runs["back"][name][route]]
-    if route == "1->1":
-        return source, [runs["one"][name]["1->1"]]
+    if route in ("1->1", "1->1 checked"):
+        return source, [runs["one"][name][route]]
     return source, [rank[name][route] for rank in runs["two"]]
 
 
-@pytest.mark.parametrize("route", ROUTES)
+@pytest.mark.parametrize("route", ROUTES + CHECKED_ROUTES)
 @pytest.mark.parametrize("cell", CELLS, ids=_name)
 def test_dcp_reshards_bit_exactly_with_optimizer_state(runs, route, cell):
     name = _name(cell)

@@ -60,3 +60,6 @@ napoleon_numpy_docstring = False
 html_theme = "alabaster"
 html_title = "refops"
 html_theme_options = {"description": "A readable reference for TransformerEngine-style fusible ops", "page_width": "1100px"}
+html_static_path = ["_static"]
+# Tables fit the column: long words and inline code in cells may wrap (why: docs/_static/refops.css).
+html_css_files = ["refops.css"]

@@ -8,7 +8,8 @@ Example::
 
     with refops.trace() as t:
         model(x).sum().backward()
-    print(t.render_text(instance_names(model)))  # each op named by its path in the model
+    # each op named by its path in the model
+    print(t.render_text(instance_names(model)))
 """
 
 from __future__ import annotations

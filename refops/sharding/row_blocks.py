@@ -8,7 +8,8 @@ along dim 0, which a quantized tensor's stored arrays do not follow; its row-maj
 
 Block ``b`` holds everything about rows ``[b g, (b + 1) g)``, as one uint8 row of ``width`` bytes::
 
-    b"RQB2" | crc32 of the quantizer's scheme | descriptor (int32s) | shared arrays | each row-major array's rows
+    b"RQB2" | crc32 of the quantizer's scheme | descriptor (int32s)
+            | shared arrays | each row-major array's rows
 
 The descriptor says what the bytes mean: the tensor class, nominal dtype, usages, the quantizer class, the
 columns and the format metadata (FP8 format, 2-D scaling, NVFP4 options), the same in every block; then the

@@ -264,10 +264,6 @@ def test_every_page_of_the_docs_is_opened_and_recorded(docs_report):
 
 
 @needs_browser
-# The pages are being rewritten for issue #37 (items 2 and 4: the lifecycle diagrams, code that fits the column);
-# until then 22 of 32 pages fail (benchmarks/results/docs-browser-check/README.md). Strict: the day they all pass,
-# this test fails as XPASS, and the marker goes.
-@pytest.mark.xfail(strict=True, reason="issue #37: wide code blocks on 21 pages, an unreadable lifecycle diagram")
 def test_the_docs_render_in_the_browser(docs_report):
     """Every diagram drawn and readable, every figure loaded, nothing wider than its column, no error."""
     report, _, _ = docs_report

@@ -106,7 +106,7 @@ def test_readme_ci_and_getting_started_give_the_same_two_commands():
 
 def test_the_quick_start_says_what_the_pin_pulls_and_how_to_get_the_cpu_build():
     for page in (ROOT / "README.md", DOCS / "getting-started.md"):
-        text = " ".join(page.read_text().split())
+        text = " ".join(page.read_text().replace("\\\n", " ").split())  # a shell line continued with \ is one
         assert "PyPI serves the CUDA build" in text, page.name
         assert f"python3 -m pip install torch==2.13.0 --index-url {CPU_INDEX}" in text, page.name
         assert f"--extra-index-url {CPU_INDEX}" in text, page.name

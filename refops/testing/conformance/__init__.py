@@ -5,14 +5,16 @@ GPU and returns a :class:`ConformanceRecord`: one :class:`TierTable` per tier, e
 its evidence, what was not run and why, and the environment (TE's version, the GPU, refops' commit).
 ``python -m refops conformance`` is the same run from the command line (``docs/conformance.md``)::
 
-    from refops.testing.conformance import ConformanceUnavailable, run_conformance
+    from refops.testing.conformance import (
+        ConformanceUnavailable, run_conformance)
 
     try:
-        record = run_conformance(tiers=["quantizers"], recipes=["fp8_current_scaling"])
-    except ConformanceUnavailable as error:  # no CUDA GPU, no TransformerEngine
+        record = run_conformance(
+            tiers=["quantizers"], recipes=["fp8_current_scaling"])
+    except ConformanceUnavailable as error:  # no CUDA GPU, no TE
         print(error)
     else:
-        record.write("conformance-record")  # conformance.md and conformance.json
+        record.write("conformance-record")  # .md and .json
 """
 
 from .record import RECORD_FILES, ConformanceRecord, NotRun, Row, TierTable

@@ -18,7 +18,10 @@ import torch
 DOCS = pathlib.Path(__file__).resolve().parents[2] / "docs"
 PAGES = [DOCS / "primer.md", *sorted((DOCS / "recipes").glob("*.md"))]
 _FENCE = re.compile(r"^```(\w+)\n(.*?)^```", re.S | re.M)
-COLUMNS = 90  # what a code block shows at the page's width without a scroll bar
+ALL_PAGES = sorted(p for p in DOCS.rglob("*.md") if not any(part.startswith("_") for part in p.relative_to(DOCS).parts))
+#: What a code block shows in alabaster's 800 px column without a scroll bar (81 already overflows, measured by
+#: docs/_check/browser_check.py). Program output (```text) wraps instead (docs/_static/refops.css).
+COLUMNS = 80
 
 
 def _ext(name: str):
@@ -29,10 +32,10 @@ def _ext(name: str):
         sys.path.remove(str(DOCS / "_ext"))
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", ALL_PAGES, ids=[str(p.relative_to(DOCS)) for p in ALL_PAGES])
 def test_code_blocks_fit_the_column(page):
-    wide = [f"{len(line)}: {line}" for _, body in _FENCE.findall(page.read_text()) for line in body.splitlines()
-            if len(line) > COLUMNS]
+    wide = [f"{len(line)}: {line}" for language, body in _FENCE.findall(page.read_text()) if language != "text"
+            for line in body.splitlines() if len(line) > COLUMNS]
     assert not wide, f"{page.name}: code lines wider than {COLUMNS} columns:\n" + "\n".join(wide)
 
 

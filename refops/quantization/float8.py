@@ -183,7 +183,7 @@ class Float8Quantizer(_PerTensorQuantizer):
     def _quantize_arrays(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool) -> dict[str, Any]:
         return self._cast(tensor, self.scale, rowwise=rowwise, columnwise=columnwise, amax_accumulator=self.amax)
 
-    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> Float8Tensor:
+    def _quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> Float8Tensor:
         """Delayed scaling fuses fully: ``values`` go from fp32 to FP8 in one rounding, and the amax recorded
         for the next scale update is the fp32 values' (TE's ``FULLY_FUSED`` activation path)."""
         return self._quantize_new(self._high_precision_input(values).detach(), nominal_dtype=dtype)
@@ -250,7 +250,7 @@ class Float8CurrentScalingQuantizer(_PerTensorQuantizer):
         self.amax, self.scale = amax, scale
         return self._cast(tensor, scale, rowwise=rowwise, columnwise=columnwise)
 
-    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> Float8Tensor:
+    def _quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> Float8Tensor:
         """Current scaling takes the amax of the fp32 ``values`` and casts the values rounded to ``dtype``
         with the scale from it (TE's ``FUSED_ACTIVATION_AMAX_FP8``: the activation kernel writes the rounded
         buffer and the unrounded amax in one pass, then the buffer is quantized)."""

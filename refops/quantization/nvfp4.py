@@ -169,12 +169,12 @@ class NVFP4Quantizer(Quantizer):
             return False
         return True
 
-    def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> NVFP4Tensor:
+    def _quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> NVFP4Tensor:
         """The global amax from the fp32 ``values``, the blocks (their amaxes, scales and codes) from the values
         rounded to ``dtype`` (TE's ``FUSED_ACTIVATION_AMAX_NVFP4``). With the RHT or per-row amaxes TE's
         quantizer takes its own amaxes, so this is the unfused path (round, then quantize)."""
         if self.with_rht or self.row_scaled_nvfp4:
-            return super().quantize_unrounded(values, dtype=dtype)
+            return super()._quantize_unrounded(values, dtype=dtype)
         values = self._high_precision_input(values).detach()
         _check_shape(values.shape)
         x2d = values.reshape(rows_cols(values.shape))

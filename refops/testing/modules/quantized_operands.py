@@ -59,11 +59,21 @@ def recording() -> Iterator[Recorded]:
         seen.sources[id(self)] = tensor.detach().clone() if plain else None
         return result
 
+    original_unrounded = Quantizer.quantize_unrounded
+
+    def quantize_unrounded(self, values, *, dtype):
+        result = original_unrounded(self, values, dtype=dtype)
+        seen[id(self)] = result
+        seen.sources[id(self)] = values.detach().clone()  # the fused path's source: the unrounded fp32 values
+        return result
+
     Quantizer.quantize = quantize
+    Quantizer.quantize_unrounded = quantize_unrounded
     try:
         yield seen
     finally:
         Quantizer.quantize = original
+        Quantizer.quantize_unrounded = original_unrounded
 
 
 def _named_quantizers(module: torch.nn.Module, seen: Recorded, deterministic_only: bool) -> Iterator[tuple[str, int]]:

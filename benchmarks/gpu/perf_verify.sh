@@ -19,7 +19,8 @@
 # Profiling commands for the rows the CPU-side analysis could not settle (run them by hand, one at a time):
 #   # Timeline of a training step, host gaps and syncs included (per-kernel sums and CUDA API calls):
 #   nsys profile -t cuda,osrt -o /tmp/step_delayed --force-overwrite true \
-#       python3 benchmarks/bench_vs_te.py --rows step_fp8_delayed --reps 5 --warmup 2 --no-kernels --out /tmp/nsys_out
+#       python3 benchmarks/bench_vs_te.py --rows step_fp8_delayed --sizes 8192 --modes eager --reps 5 --warmup 2 \
+#       --no-kernels --out /tmp/nsys_out
 #   nsys stats --report cuda_gpu_kern_sum,cuda_api_sum /tmp/step_delayed.nsys-rep
 #   # The same for step_fp8_current, step_bf16 and step_fp8_block (--rows ...).
 #   # TE's and refops's quantize kernels, one launch each after warm-up (compare duration, DRAM throughput):
@@ -29,11 +30,11 @@
 #   # (and --rows quantize_fp8_delayed, quantize_fp8_block_1x128, quantize_fp8_block_128x128)
 #   # The training step's GEMMs (cuBLAS kernel chosen, SM throughput), block-scaled ones included:
 #   ncu --target-processes all -k regex:'gemm|sm90|xmma|cutlass' --launch-skip 30 --launch-count 12 \
-#       --section SpeedOfLight python3 benchmarks/bench_vs_te.py --rows step_fp8_block --reps 2 --warmup 1 \
+#       --section SpeedOfLight python3 benchmarks/bench_vs_te.py --rows step_fp8_block --sizes 8192 --modes eager --reps 2 --warmup 1 \
 #       --no-kernels --out /tmp/ncu_out
 #   # The element-wise tail of the forward (fp32 GEMM output + bias add + cast to bf16, refops only):
 #   ncu --target-processes all -k regex:'elementwise|vectorized|unrolled' --launch-count 20 \
-#       --section SpeedOfLight python3 benchmarks/bench_vs_te.py --rows step_bf16 --reps 2 --warmup 1 \
+#       --section SpeedOfLight python3 benchmarks/bench_vs_te.py --rows step_bf16 --sizes 8192 --modes eager --reps 2 --warmup 1 \
 #       --no-kernels --out /tmp/ncu_out
 set -o pipefail
 OUT=${1:?usage: BEFORE=/path/to/before/tree bash benchmarks/gpu/perf_verify.sh OUTDIR}
@@ -49,12 +50,14 @@ step() { local name=$1; shift; local s=$SECONDS; "$@"; echo "$name: rc=$? $((SEC
     [ -n "$BEFORE" ] && echo "before: $BEFORE ($(git -C "$BEFORE" rev-parse --short HEAD 2>/dev/null))"
 } >> "$OUT/times.txt" 2>&1
 
-# 1. This tree (it also fills the kernel and torch.compile caches the second run reuses).
-step bench-after env PYTHONPATH="$HERE" timeout 180 python3 benchmarks/bench_vs_te.py --out "$OUT/after" \
+# 1. This tree (it also fills the kernel and torch.compile caches the second run reuses); the rows of issue #27:
+#    the quantize rows and the eager steps at 8192 tokens (VS_TE_ARGS replaces that choice).
+VS_TE_ARGS=${VS_TE_ARGS:---sizes 8192 --modes eager}
+step bench-after env PYTHONPATH="$HERE" timeout 180 python3 benchmarks/bench_vs_te.py --out "$OUT/after" $VS_TE_ARGS \
     > "$OUT/bench_after.log" 2>&1
 # 2. The tree before the change, with this tree's benchmark script.
 if [ -n "$BEFORE" ]; then
-    step bench-before env PYTHONPATH="$BEFORE" timeout 140 python3 benchmarks/bench_vs_te.py --out "$OUT/before" \
+    step bench-before env PYTHONPATH="$BEFORE" timeout 140 python3 benchmarks/bench_vs_te.py --out "$OUT/before" $VS_TE_ARGS \
         > "$OUT/bench_before.log" 2>&1
     python3 benchmarks/bench_vs_te.py --compare "$OUT/before/vs_te.json" "$OUT/after/vs_te.json" \
         > "$OUT/compare.md" 2>&1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from refops.kernels import ReferenceKernels
 
+from .activation_quantize import ActivationQuantizeKernels
 from .elementwise import ElementwiseKernels
 from .gemm import GemmKernels
 from .norms import NormKernels
@@ -13,7 +14,8 @@ from .quantize_nvfp4 import Nvfp4Kernels
 __all__ = ["FastpathKernels"]
 
 
-class FastpathKernels(QuantizeKernels, Nvfp4Kernels, GemmKernels, NormKernels, ElementwiseKernels, ReferenceKernels):
+class FastpathKernels(ActivationQuantizeKernels, QuantizeKernels, Nvfp4Kernels, GemmKernels, NormKernels,
+                      ElementwiseKernels, ReferenceKernels):
     """Each mixin overrides the kernels of one family and calls ``super()`` (the reference) for
     inputs it does not handle (CPU tensors, unsupported dtypes or layouts)."""
 

@@ -4,8 +4,8 @@
 
     nvcc -arch=sm_90 -std=c++17 --fmad=false --ftz=false --prec-div=true --prec-sqrt=true -c <file> -o <tmp>.o
 
-(the fast path's NVRTC options plus Hopper; activation.cu runs with --fmad=true,
-which changes code generation, not what compiles), prints one line per file and exits
+(the fast path's NVRTC options plus Hopper; activation.cu and activation_quantize.cu
+run with --fmad=true, which changes code generation, not what compiles), prints one line per file and exits
 nonzero if any file fails. Without nvcc (not on PATH, not under ``$CUDA_HOME/bin``)
 it exits 0 saying why it skipped, unless the environment variable ``CI`` is set:
 then a missing nvcc is a failure with a clear message.

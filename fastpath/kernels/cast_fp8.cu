@@ -41,6 +41,7 @@ typedef long long i64;
 #include "elements16.cuh"
 #include "fp8_elements.cuh"
 #include "fp8_tile128.cuh"
+#include "fp8_amax.cuh"
 
 // Element j of T values packed little-endian in 32-bit words, exactly as fp32, through bits16_to_f32: the same
 // values as fp8_elements.cuh's word_elem, kept in this form for the flat amax and cast kernels, whose code it
@@ -75,27 +76,6 @@ __device__ __forceinline__ float block_max(float m) {
         for (int o = 16; o > 0; o >>= 1) m = f32_max(m, __shfl_xor_sync(0xffffffffu, m, o));
     }
     return m;
-}
-
-// Non-negative fp32 values order like their bit patterns: atomicMax on the bits is an exact max.
-__device__ __forceinline__ void atomic_max_nonneg(float* target, float v) {
-    atomicMax(reinterpret_cast<unsigned int*>(target), __float_as_uint(v));
-}
-
-// accumulator = fmaxf(accumulator, m), the reference's torch.fmax, by compare-and-swap. The accumulator may
-// hold anything (negative, -0, NaN), so an integer atomicMax would not do. Each block applies max.f32 with
-// the accumulator as first operand to the value it finds; all block maxima are >= +0 and not NaN, so the
-// chain over the blocks equals one fmaxf(accumulator, amax) whatever their order.
-__device__ __forceinline__ void atomic_fmax_accumulate(float* accumulator, float m) {
-    unsigned int* p = reinterpret_cast<unsigned int*>(accumulator);
-    unsigned int old = *reinterpret_cast<volatile unsigned int*>(p);
-    for (;;) {
-        const unsigned int want = __float_as_uint(f32_max(__uint_as_float(old), m));
-        if (want == old) return;
-        const unsigned int seen = atomicCAS(p, old, want);
-        if (seen == old) return;
-        old = seen;
-    }
 }
 
 // ------------------------------------------------------------------ amax

@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 import torch
 
+from .fused_activation_interface import FusedActivationInterface
+
 __all__ = ["KernelBackend"]
 
 
@@ -55,8 +57,9 @@ def _autocast_disabled(method: Callable) -> Callable:
     return wrapper
 
 
-class KernelBackend:
-    """Abstract set of kernels. Subclasses implement every method."""
+class KernelBackend(FusedActivationInterface):
+    """Abstract set of kernels. Subclasses implement every method (the fused activation + quantize
+    ones are stated in :mod:`refops.kernels.fused_activation_interface`)."""
 
     #: Name under which the backend is registered (``refops.use_backend(name)``).
     name: str = "abstract"

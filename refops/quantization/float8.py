@@ -19,6 +19,7 @@ import torch
 
 from ..formats import FLT_MAX
 from ..kernels import current_backend
+from ..kernels.reference.activations import is_gated
 from ..layouts import columnwise_layout, columnwise_shape, rowwise_layout
 from .quantized_tensor import QuantizedTensor
 from .quantizer import DType, Quantizer, canonicalize_fp8_dtype, torch_fp8_dtype
@@ -101,10 +102,20 @@ class _PerTensorQuantizer(Quantizer):
             columnwise=columnwise,
             amax_accumulator=amax_accumulator,
         )
-        if tensor.dim() == 0:  # the kernel works on (1,); a 0-D tensor's bytes keep its shape (), as TE's do
+        return self._cast_arrays(data, scale_inv, transpose, tensor.dim())
+
+    def _cast_arrays(self, data: Optional[torch.Tensor], scale_inv: torch.Tensor, transpose: Optional[torch.Tensor],
+                     dim: int) -> dict[str, Any]:
+        """Float8Tensor constructor arguments from a cast kernel's arrays, for a tensor of ``dim`` dims."""
+        if dim == 0:  # the kernel works on (1,); a 0-D tensor's bytes keep its shape (), as TE's do
             data = None if data is None else data.reshape(())
             transpose = None if transpose is None else transpose.reshape(())
         return {"data": data, "data_transpose": transpose, "fp8_scale_inv": scale_inv, "fp8_dtype": self.dtype}
+
+    def _fused_inputs(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The plain compute-dtype inputs of a fused activation + quantize kernel (checked as a cast's input)."""
+        self._check_some_usage()
+        return tuple(self._high_precision_input(t).detach().contiguous() for t in tensors)
 
     def make_empty(
         self,
@@ -188,6 +199,43 @@ class Float8Quantizer(_PerTensorQuantizer):
         for the next scale update is the fp32 values' (TE's ``FULLY_FUSED`` activation path)."""
         return self._quantize_new(self._high_precision_input(values).detach(), nominal_dtype=dtype)
 
+    # The fused kernels of the seam: v (the activation's fp32 result) cast to FP8 in one rounding, its amax
+    # recorded, in one pass; the seam's reference is quantize_unrounded(v) as above, bit for bit.
+    def _fused_cast_args(self, x: torch.Tensor) -> dict[str, Any]:
+        return {"scale": self.scale if self.scale.device == x.device else self.scale.to(x.device),
+                "fp8_dtype": torch_fp8_dtype(self.dtype), "rowwise": self.rowwise_usage,
+                "columnwise": self.columnwise_usage, "amax_accumulator": self.amax}
+
+    def _fused_tensor(self, cast: tuple, shape: torch.Size, dtype: torch.dtype, device: torch.device) -> Float8Tensor:
+        data, scale_inv, transpose = cast[0], cast[1], cast[2]
+        return Float8Tensor(shape, dtype, device=device, quantizer=self,
+                            **self._cast_arrays(data, scale_inv, transpose, len(shape)))
+
+    def quantize_activation(self, x: torch.Tensor, activation: str, *, dtype: torch.dtype,
+                            **params: Any) -> Float8Tensor:
+        """One pass (``activation_cast_float8``): ``act(x)`` in fp32, its amax recorded, one rounding to FP8."""
+        (x,) = self._fused_inputs(x)
+        cast = current_backend().activation_cast_float8(x, activation, **self._fused_cast_args(x), **params)
+        shape = (*x.shape[:-1], x.shape[-1] // 2) if is_gated(activation) else x.shape
+        return self._fused_tensor(cast, torch.Size(shape), dtype, x.device)
+
+    def quantize_activation_backward(self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, *,
+                                     dtype: torch.dtype, **params: Any) -> Float8Tensor:
+        """One pass (``activation_backward_cast_float8``): ``dy * act'(x)`` in fp32 cast to FP8 once."""
+        dy, x = self._fused_inputs(grad_output, x)
+        cast = current_backend().activation_backward_cast_float8(dy, x, activation, **self._fused_cast_args(x),
+                                                                 **params)
+        return self._fused_tensor(cast, x.shape, dtype, x.device)
+
+    def quantize_activation_backward_dbias(self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, *,
+                                           dtype: torch.dtype, **params: Any) -> tuple[Float8Tensor, torch.Tensor]:
+        """One pass (``activation_backward_dbias_cast_float8``): the cast above and the bias grad summed from the
+        unrounded fp32 values (``dbias_from_unrounded``)."""
+        dy, x = self._fused_inputs(grad_output, x)
+        cast = current_backend().activation_backward_dbias_cast_float8(
+            dy, x, activation, out_dtype=dtype, **self._fused_cast_args(x), **params)
+        return self._fused_tensor(cast, x.shape, dtype, x.device), cast[4]
+
     def calibrate(self, tensor: torch.Tensor) -> None:
         """Record ``amax(tensor)`` as a cast would, without casting."""
         self.amax.copy_(torch.fmax(self.amax, current_backend().amax(tensor).to(self.amax.device)))
@@ -256,6 +304,30 @@ class Float8CurrentScalingQuantizer(_PerTensorQuantizer):
         buffer and the unrounded amax in one pass, then the buffer is quantized)."""
         values = self._high_precision_input(values).detach()
         return self._quantize_new(values.to(dtype), amax=current_backend().amax(values))
+
+    # The seam's first pass: the rounded output and the amax of the unrounded values together (TE writes both from
+    # its activation kernel); the cast with the scale from that amax is the ordinary one.
+    def quantize_activation(self, x: torch.Tensor, activation: str, *, dtype: torch.dtype,
+                            **params: Any) -> Float8Tensor:
+        """``activation_amax``: ``RN_dtype(act(x))`` and the fp32 amax in one pass, then the cast."""
+        (x,) = self._fused_inputs(x)
+        y, amax = current_backend().activation_amax(x, activation, out_dtype=dtype, **params)
+        return self._quantize_new(y, amax=amax)
+
+    def quantize_activation_backward(self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, *,
+                                     dtype: torch.dtype, **params: Any) -> Float8Tensor:
+        """``activation_backward_amax``, then the cast."""
+        dy, x = self._fused_inputs(grad_output, x)
+        dx, amax = current_backend().activation_backward_amax(dy, x, activation, out_dtype=dtype, **params)
+        return self._quantize_new(dx, amax=amax)
+
+    def quantize_activation_backward_dbias(self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, *,
+                                           dtype: torch.dtype, **params: Any) -> tuple[Float8Tensor, torch.Tensor]:
+        """``activation_backward_dbias_amax`` (the bias grad from the rounded values), then the cast."""
+        dy, x = self._fused_inputs(grad_output, x)
+        dx, amax, dbias = current_backend().activation_backward_dbias_amax(dy, x, activation, out_dtype=dtype,
+                                                                           **params)
+        return self._quantize_new(dx, amax=amax), dbias
 
     def _config(self) -> dict[str, Any]:
         return {**super()._config(), "force_pow_2_scales": self.force_pow_2_scales, "amax_epsilon": self.amax_epsilon}

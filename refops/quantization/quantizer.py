@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Optional
 
 import torch
 
+from ..kernels import current_backend
 from .dtensor import refuse_dtensor_input
 
 if TYPE_CHECKING:
@@ -186,14 +187,17 @@ class Quantizer(abc.ABC):
                       **options: Any) -> "QuantizedTensor":
         """A quantized tensor of ``tensor``; its nominal dtype is ``nominal_dtype`` (default: ``tensor``'s).
         ``options`` go to the scheme's :meth:`_quantize_arrays` (an amax computed elsewhere, for instance)."""
-        if not (self.rowwise_usage or self.columnwise_usage):
-            raise ValueError(f"{type(self).__name__}: neither row-wise nor column-wise usage is enabled")
+        self._check_some_usage()
         arrays = self._quantize_arrays_named(
             tensor.contiguous(), rowwise=self.rowwise_usage, columnwise=self.columnwise_usage, **options
         )
         kwargs = {**self._tensor_meta(), **arrays}
         dtype = tensor.dtype if nominal_dtype is None else nominal_dtype
         return self.tensor_class(tensor.shape, dtype, device=tensor.device, quantizer=self, **kwargs)
+
+    def _check_some_usage(self) -> None:
+        if not (self.rowwise_usage or self.columnwise_usage):
+            raise ValueError(f"{type(self).__name__}: neither row-wise nor column-wise usage is enabled")
 
     def quantize_unrounded(self, values: torch.Tensor, *, dtype: torch.dtype) -> "QuantizedTensor":
         """Quantize the fp32 result of an element-wise kernel that has not rounded it yet, as TransformerEngine's
@@ -211,6 +215,37 @@ class Quantizer(abc.ABC):
         """The scheme's rule of :meth:`quantize_unrounded` (one public entry, so that a recorder of quantizer
         calls, such as the oracle's, sees every call)."""
         return self.quantize(values.to(dtype))
+
+    # ------------------------------------------------ fused activation + quantize
+    # What an activation op calls when this quantizer waits for its output (or input grad): TE's activation
+    # kernels take the quantizer (``tex.gelu(x, quantizer)``), so the scheme decides what one pass computes.
+    # The defaults are the composition every scheme's rule is stated as, the activation's fp32 result handed to
+    # :meth:`quantize_unrounded`; the per-tensor FP8 quantizers override them with the fused kernels of the seam
+    # (``refops.kernels.fused_activation_interface``), whose reference is that same composition, bit for bit.
+    def quantize_activation(self, x: torch.Tensor, activation: str, *, dtype: torch.dtype,
+                            **params: Any) -> "QuantizedTensor":
+        """``act(x)`` (a kernel activation name and its ``params``) computed in fp32 from ``x`` and quantized by
+        this scheme's fused rule: exactly ``self.quantize_unrounded(act_fp32(x), dtype=dtype)``."""
+        values = current_backend().activation_forward(x.float(), activation, **params)
+        return self.quantize_unrounded(values, dtype=dtype)
+
+    def quantize_activation_backward(self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, *,
+                                     dtype: torch.dtype, **params: Any) -> "QuantizedTensor":
+        """``dy * act'(x)`` in fp32 from the compute-dtype ``grad_output`` and ``x``, quantized by the fused rule:
+        exactly ``self.quantize_unrounded(dact_fp32(dy, x), dtype=dtype)``."""
+        values = current_backend().activation_backward(grad_output.float(), x.float(), activation, **params)
+        return self.quantize_unrounded(values, dtype=dtype)
+
+    def quantize_activation_backward_dbias(self, grad_output: torch.Tensor, x: torch.Tensor, activation: str, *,
+                                           dtype: torch.dtype, **params: Any) -> tuple["QuantizedTensor", torch.Tensor]:
+        """:meth:`quantize_activation_backward` and the bias grad of the same pass, rounded to ``dtype``: the fp32
+        sum over the leading dims of the unrounded values where :attr:`dbias_from_unrounded`, of the values
+        rounded to ``dtype`` otherwise."""
+        backend = current_backend()
+        values = backend.activation_backward(grad_output.float(), x.float(), activation, **params)
+        summed = values if self.dbias_from_unrounded else values.to(dtype)
+        dbias = backend.dbias(summed).to(dtype)
+        return self.quantize_unrounded(values, dtype=dtype), dbias
 
     def _quantize_arrays_named(self, tensor: torch.Tensor, *, rowwise: bool, columnwise: bool,
                                **options: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import torch
 from ..interface import KernelBackend
 from . import activations as act
 from . import delayed_scaling, norms, quant_float8, quant_float8_block, quant_mxfp8, quant_nvfp4
+from .fused_activation import FusedActivationReference
 from ..gemm_numerics import HopperGemmError, gemm_role, numerics_in_force
 from ..gemm_operand import GemmOperand
 from .gemm import gemm_fp32
@@ -29,8 +30,9 @@ def _rows(x: torch.Tensor, inner: int) -> torch.Tensor:
     return x.reshape(-1, inner).float()
 
 
-class ReferenceKernels(KernelBackend):
-    """Readable torch implementations of every kernel (see :class:`KernelBackend`)."""
+class ReferenceKernels(FusedActivationReference, KernelBackend):
+    """Readable torch implementations of every kernel (see :class:`KernelBackend`); the fused activation +
+    quantize methods are the compositions of :class:`FusedActivationReference`."""
 
     name = "reference"
 

@@ -46,6 +46,9 @@ class _ActivationOperation(BasicOperation):
     :meth:`~refops.quantization.quantizer.Quantizer.quantize_unrounded`, which
     applies the scheme's rule: one rounding to FP8 for delayed scaling, the amax
     of the unrounded values for current scaling (``docs/recipes/fused-activations.md``).
+    Unary activations ask the quantizer for the whole pass
+    (``Quantizer.quantize_activation`` / ``quantize_activation_backward``: the
+    same bits, one fused kernel on the fast path).
 
     Args:
         cache_quantized_input: save ``x`` for backward as an FP8 E4M3
@@ -124,7 +127,11 @@ class _ActivationOperation(BasicOperation):
             return self._from_kernel_layout(dx), ()
         trace.record("fused_quantize", type(self).__name__, instance=self, direction="backward",
                      quantizer=type(quantizer).__name__)
-        return quantize_unrounded(quantizer, self.backward_fp32(dy, x), ctx.dtype), ()
+        method = getattr(quantizer, "quantize_activation_backward", None)
+        if self.gated or method is None:
+            return quantize_unrounded(quantizer, self.backward_fp32(dy, x), ctx.dtype), ()
+        # A unary activation's kernel layout is its own: the quantizer's fused pass sees dy and x as they are.
+        return method(dy, x, self.kernel_activation, dtype=ctx.dtype, **self.kernel_params()), ()
 
     def backward_fp32(self, dy: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """``dy * act'(x)`` in fp32 from the (compute-dtype) ``dy`` and ``x``, not rounded, in ``x``'s layout."""
@@ -138,11 +145,18 @@ def activation_quantized(op: _ActivationOperation, x: torch.Tensor, quantizer: A
 
     Invariant: the result is ``quantizer.quantize_unrounded(act_fp32(x), dtype=dtype)``, the rounding rule of
     the quantizer's scheme applied to values no kernel has rounded (``docs/recipes/fused-activations.md``).
+    A unary activation hands ``x`` to the quantizer's
+    :meth:`~refops.quantization.quantizer.Quantizer.quantize_activation` (one fused kernel where the scheme and
+    the backend have one); gated activations, whose kernel layout may differ from the op's, compute ``act_fp32``
+    here and hand it to ``quantize_unrounded``.
     """
-    y32 = current_backend().activation_forward(op._to_kernel_layout(x).float(), op.kernel_activation,
-                                               **op.kernel_params())
     trace.record("fused_quantize", type(op).__name__, instance=op, direction="forward",
                  quantizer=type(quantizer).__name__)
+    method = getattr(quantizer, "quantize_activation", None)
+    if not op.gated and method is not None:
+        return method(x, op.kernel_activation, dtype=dtype, **op.kernel_params())
+    y32 = current_backend().activation_forward(op._to_kernel_layout(x).float(), op.kernel_activation,
+                                               **op.kernel_params())
     return quantize_unrounded(quantizer, y32, dtype)
 
 

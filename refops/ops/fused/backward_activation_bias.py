@@ -23,7 +23,9 @@ class BackwardActivationBias(FusedOperation):
     ``dx`` leaves quantized by the Bias context's grad-input quantizer (the
     previous op's grad-output quantizer); the fusion applies only when that
     quantizer exists, i.e. under a recipe whose backward is quantized. As TE's
-    ``dbias_dact`` does: ``dy * act'(x)`` in fp32, quantized unrounded
+    ``dbias_dact`` does, in the quantizer's one pass
+    (:meth:`~refops.quantization.quantizer.Quantizer.quantize_activation_backward_dbias`):
+    ``dy * act'(x)`` in fp32, quantized unrounded
     (:meth:`~refops.quantization.quantizer.Quantizer.quantize_unrounded`); ``db``
     summed from those fp32 values where the scheme's fused kernel does (delayed
     scaling, MXFP8), from the values rounded to the compute dtype otherwise
@@ -57,11 +59,17 @@ class BackwardActivationBias(FusedOperation):
                 dy, act_input, activation.kernel_activation, **activation.kernel_params()
             )
             return dx, [(db,), ()], [(), ()]
-        dx32 = activation.backward_fp32(dy, maybe_dequantize(act_input, dtype).contiguous())
-        summed = dx32 if getattr(quantizer, "dbias_from_unrounded", False) else dx32.to(dtype)
-        db = current_backend().dbias(summed).to(dtype)
+        x = maybe_dequantize(act_input, dtype).contiguous()
         trace.record("fused_quantize", type(self).__name__, instance=self, direction="backward",
                      quantizer=type(quantizer).__name__)
+        method = getattr(quantizer, "quantize_activation_backward_dbias", None)
+        if method is not None:  # the scheme's one pass: dact, its quantization and the bias grad
+            dx, db = method(dy, x, activation.kernel_activation, dtype=dtype, **activation.kernel_params())
+            return dx, [(db,), ()], [(), ()]
+        # A quantizer-like callable of the user's: the same rule composed here.
+        dx32 = activation.backward_fp32(dy, x)
+        summed = dx32 if getattr(quantizer, "dbias_from_unrounded", False) else dx32.to(dtype)
+        db = current_backend().dbias(summed).to(dtype)
         return quantize_unrounded(quantizer, dx32, dtype), [(db,), ()], [(), ()]
 
 

@@ -69,11 +69,42 @@ def recording() -> Iterator[Recorded]:
 
     Quantizer.quantize = quantize
     Quantizer.quantize_unrounded = quantize_unrounded
+    # The fused activation routes (``quantize_activation*``) are overridden per scheme and quantize without
+    # passing through the two methods above: each definition is wrapped, its source being the activation's
+    # inputs (equal inputs, equal unrounded values).
+    wrapped = [(cls, name, cls.__dict__[name]) for cls in _quantizer_classes() for name in _FUSED_ROUTES
+               if name in cls.__dict__]
+    for cls, name, method in wrapped:
+        setattr(cls, name, _recording_route(method, seen))
     try:
         yield seen
     finally:
         Quantizer.quantize = original
         Quantizer.quantize_unrounded = original_unrounded
+        for cls, name, method in wrapped:
+            setattr(cls, name, method)
+
+
+_FUSED_ROUTES = ("quantize_activation", "quantize_activation_backward", "quantize_activation_backward_dbias")
+
+
+def _quantizer_classes() -> list[type]:
+    classes, pending = [], [Quantizer]
+    while pending:
+        cls = pending.pop()
+        classes.append(cls)
+        pending.extend(cls.__subclasses__())
+    return classes
+
+
+def _recording_route(method, seen: "Recorded"):
+    def route(self, *tensors, **kwargs):
+        result = method(self, *tensors, **kwargs)
+        seen[id(self)] = result[0] if isinstance(result, tuple) else result
+        inputs = [t for t in tensors if isinstance(t, torch.Tensor)]
+        seen.sources[id(self)] = torch.cat([t.detach().reshape(-1).float() for t in inputs])
+        return result
+    return route
 
 
 def _named_quantizers(module: torch.nn.Module, seen: Recorded, deterministic_only: bool) -> Iterator[tuple[str, int]]:

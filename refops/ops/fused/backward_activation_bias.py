@@ -9,7 +9,7 @@ import torch
 from ... import trace
 from ...kernels import current_backend
 from .._common import maybe_dequantize, to_compute_dtype
-from ..basic.activation import GELU, ReLU, quantize_unrounded
+from ..basic.activation import GELU, ReLU
 from ..basic.bias import Bias
 from ..op import FusedOperation, OperationContext
 from .rules import Condition, FusionRule
@@ -54,23 +54,18 @@ class BackwardActivationBias(FusedOperation):
         dy = to_compute_dtype(grad_output, dtype).contiguous()
         # None: the previous op runs no backward (frozen, input without grad), so dx is not quantized for it.
         quantizer = bias_ctx.grad_input_quantizer
-        if quantizer is None:
+        fused = getattr(quantizer, "quantize_activation_backward_dbias", None)
+        if fused is None:  # no quantizer, or a quantizer-like callable of the user's: the unfused pass
             dx, db = current_backend().activation_backward_dbias(
                 dy, act_input, activation.kernel_activation, **activation.kernel_params()
             )
-            return dx, [(db,), ()], [(), ()]
-        x = maybe_dequantize(act_input, dtype).contiguous()
+            return (dx if quantizer is None else quantizer(dx)), [(db,), ()], [(), ()]
         trace.record("fused_quantize", type(self).__name__, instance=self, direction="backward",
                      quantizer=type(quantizer).__name__)
-        method = getattr(quantizer, "quantize_activation_backward_dbias", None)
-        if method is not None:  # the scheme's one pass: dact, its quantization and the bias grad
-            dx, db = method(dy, x, activation.kernel_activation, dtype=dtype, **activation.kernel_params())
-            return dx, [(db,), ()], [(), ()]
-        # A quantizer-like callable of the user's: the same rule composed here.
-        dx32 = activation.backward_fp32(dy, x)
-        summed = dx32 if getattr(quantizer, "dbias_from_unrounded", False) else dx32.to(dtype)
-        db = current_backend().dbias(summed).to(dtype)
-        return quantize_unrounded(quantizer, dx32, dtype), [(db,), ()], [(), ()]
+        # The scheme's one pass: dact, its quantization and the bias grad.
+        x = maybe_dequantize(act_input, dtype).contiguous()
+        dx, db = fused(dy, x, activation.kernel_activation, dtype=dtype, **activation.kernel_params())
+        return dx, [(db,), ()], [(), ()]
 
 
 RULE = FusionRule(
